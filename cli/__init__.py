@@ -1,0 +1,1 @@
+"""The ``enclave`` command line (installed as the package ``enclave_cli``)."""

@@ -1,0 +1,48 @@
+"""Output: results to stdout (tables, or JSON with ``--json``), progress and errors to stderr."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+QUEUE_COLUMNS = ("name", "project", "visibility_timeout_seconds", "max_receives", "retention_hours",
+                 "max_message_bytes", "dead_letter_queue")
+
+
+def print_json(data: Any) -> None:
+    out.print_json(json.dumps(data), indent=2) if out.is_terminal else print(json.dumps(data, indent=2))
+
+
+def show_object(data: dict[str, Any], *, as_json: bool = False) -> None:
+    """One object as a two-column table (or JSON)."""
+    if as_json:
+        print_json(data)
+        return
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in data.items():
+        table.add_row(key, "" if value is None else str(value))
+    out.print(table)
+
+
+def show_list(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], *, as_json: bool = False,
+              empty: str = "Nothing here.") -> None:
+    rows = list(rows)
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        err.print(empty)
+        return
+    table = Table(*columns, box=None, pad_edge=False, header_style="bold")
+    for row in rows:
+        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+    out.print(table)

@@ -1,0 +1,198 @@
+"""``enclave queue …``: each command is option parsing plus one API call."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Annotated, Any, Optional
+
+import typer
+
+from enclave_queue.admin import AdminClient
+from enclave_queue.settings import ClientSettings
+
+from .output import QUEUE_COLUMNS, err, out, print_json, show_list, show_object
+
+app = typer.Typer(help="Declare, inspect and use queues.", no_args_is_help=True)
+
+Project = Annotated[Optional[str], typer.Option("--project", "-p", help="Project (default: ENCLAVE_PROJECT, else 'default').")]
+Json = Annotated[bool, typer.Option("--json", help="Print the API's JSON object.")]
+Wait = Annotated[bool, typer.Option("--wait", help="Return once the queue is Ready.")]
+Name = Annotated[str, typer.Argument(help="Queue name.")]
+VisibilityTimeout = Annotated[Optional[int], typer.Option("--visibility-timeout-seconds", help="Seconds a received message stays hidden (1–43200; default 30).")]
+MaxReceives = Annotated[Optional[int], typer.Option("--max-receives", help="Receives before dead-lettering (0–1000; 0 = no limit).")]
+DeadLetterQueue = Annotated[Optional[str], typer.Option("--dead-letter-queue", help="Queue in the same project that receives dead letters.")]
+RetentionHours = Annotated[Optional[int], typer.Option("--retention-hours", help="Hours a message is kept (1–336; default 96).")]
+MaxMessageBytes = Annotated[Optional[int], typer.Option("--max-message-bytes", help="Largest message (1024–1048576; default 262144).")]
+
+ENV_PREFIX = "ENCLAVE_QUEUE_"
+
+
+def api() -> AdminClient:
+    settings = ClientSettings.from_env()
+    return AdminClient(settings.url, settings.token)
+
+
+def project_of(project: Optional[str]) -> str:
+    return project or ClientSettings.from_env().project
+
+
+def settings_from_options(**options: Any) -> dict[str, Any]:
+    return {key: value for key, value in options.items() if value is not None}
+
+
+@app.command()
+def create(
+    name: Name, project: Project = None,
+    visibility_timeout_seconds: VisibilityTimeout = None, max_receives: MaxReceives = None,
+    dead_letter_queue: DeadLetterQueue = None, retention_hours: RetentionHours = None,
+    max_message_bytes: MaxMessageBytes = None, wait: Wait = False, json: Json = False,
+) -> None:
+    """Create a queue."""
+    project = project_of(project)
+    spec = settings_from_options(
+        name=name, visibility_timeout_seconds=visibility_timeout_seconds, max_receives=max_receives,
+        dead_letter_queue=dead_letter_queue, retention_hours=retention_hours, max_message_bytes=max_message_bytes,
+    )
+    with api() as client:
+        queue = client.create_queue(project, spec)
+        if wait:
+            with err.status(f"Waiting for queue '{name}' to be ready…"):
+                queue = client.wait_ready(project, name)
+    show_object(queue, as_json=json)
+
+
+@app.command("list")
+def list_(project: Project = None, json: Json = False) -> None:
+    """List the queues of a project."""
+    with api() as client:
+        queues = client.list_queues(project_of(project))
+    show_list(queues, QUEUE_COLUMNS, as_json=json, empty="No queues yet: create one with 'enclave queue create NAME'.")
+
+
+@app.command()
+def get(name: Name, project: Project = None, json: Json = False) -> None:
+    """Show a queue's settings and outputs."""
+    with api() as client:
+        show_object(client.get_queue(project_of(project), name), as_json=json)
+
+
+@app.command()
+def status(name: Name, project: Project = None, json: Json = False) -> None:
+    """Show a queue's state and status conditions."""
+    with api() as client:
+        data = client.queue_status(project_of(project), name)
+    if json:
+        print_json(data)
+        return
+    show_object({k: data[k] for k in ("state", "message", "generation", "observed_generation")})
+    show_list(data["conditions"], ("type", "status", "reason", "message", "last_transition_time"))
+
+
+@app.command()
+def update(
+    name: Name, project: Project = None,
+    visibility_timeout_seconds: VisibilityTimeout = None, max_receives: MaxReceives = None,
+    dead_letter_queue: DeadLetterQueue = None,
+    no_dead_letter_queue: Annotated[bool, typer.Option("--no-dead-letter-queue", help="Remove the dead-letter queue.")] = False,
+    retention_hours: RetentionHours = None, max_message_bytes: MaxMessageBytes = None,
+    wait: Wait = False, json: Json = False,
+) -> None:
+    """Change a queue's settings in place."""
+    project = project_of(project)
+    changes = settings_from_options(
+        visibility_timeout_seconds=visibility_timeout_seconds, max_receives=max_receives,
+        dead_letter_queue=dead_letter_queue, retention_hours=retention_hours, max_message_bytes=max_message_bytes,
+    )
+    if no_dead_letter_queue:
+        changes["dead_letter_queue"] = None
+    with api() as client:
+        queue = client.update_queue(project, name, changes)
+        if wait:
+            with err.status(f"Waiting for queue '{name}' to be ready…"):
+                queue = client.wait_ready(project, name)
+    show_object(queue, as_json=json)
+
+
+@app.command()
+def delete(
+    name: Name, project: Project = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    no_wait: Annotated[bool, typer.Option("--no-wait", help="Return without waiting for the deletion to finish.")] = False,
+) -> None:
+    """Delete a queue with its messages and credentials."""
+    project = project_of(project)
+    if not yes:
+        typer.confirm(f"Delete queue '{name}' in project '{project}' and all its messages?", abort=True, err=True)
+    with api() as client:
+        client.delete_queue(project, name)
+        if not no_wait:
+            with err.status(f"Deleting queue '{name}'…"):
+                client.wait_deleted(project, name)
+    err.print(f"Queue '{name}' deleted." if not no_wait else f"Queue '{name}' is being deleted.")
+
+
+@app.command()
+def credentials(
+    name: Name, project: Project = None, json: Json = False,
+    env: Annotated[bool, typer.Option("--env", help="Print shell exports for the SDK's connect_from_env().")] = False,
+) -> None:
+    """Print what an app needs to use the queue with any NATS client."""
+    with api() as client:
+        creds = client.credentials(project_of(project), name)
+    if env:
+        for key, value in creds.items():
+            print(f"export {ENV_PREFIX}{key.upper()}={shlex.quote(value)}")
+    else:
+        show_object(creds, as_json=json)
+
+
+@app.command()
+def send(
+    name: Name,
+    body: Annotated[str, typer.Argument(help="Message body (text; '-' reads standard input).")],
+    project: Project = None, json: Json = False,
+) -> None:
+    """Send one message by hand."""
+    text = sys.stdin.read() if body == "-" else body
+    with api() as client:
+        result = client.send(project_of(project), name, text)
+    if json:
+        print_json(result)
+    else:
+        out.print(f"Sent message {result['sequence']} to '{name}'.")
+
+
+@app.command()
+def receive(
+    name: Name, project: Project = None,
+    max_messages: Annotated[int, typer.Option("--max", help="Most messages to take (1–100).")] = 1,
+    wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for a message (0–20).")] = 1.0,
+    json: Json = False,
+) -> None:
+    """Receive messages by hand; each stays hidden for the visibility timeout unless deleted."""
+    with api() as client:
+        messages = client.receive(project_of(project), name, max_messages, wait)
+    if json:
+        print_json(messages)
+        return
+    if not messages:
+        err.print("No messages.")
+        return
+    for message in messages:
+        body = message["body"] if message["body"] is not None else f"(binary) {message['body_base64']}"
+        out.print(f"[bold]#{message['sequence']}[/bold] receive {message['receive_count']}, sent {message['sent_at']}")
+        out.print(f"  body:    {body}", markup=False)
+        out.print(f"  receipt: {message['receipt']}", markup=False)
+
+
+@app.command("delete-message")
+def delete_message(
+    name: Name,
+    receipt: Annotated[str, typer.Argument(help="The receipt handle 'receive' printed.")],
+    project: Project = None,
+) -> None:
+    """Delete a received message by its receipt handle."""
+    with api() as client:
+        client.delete_message(project_of(project), name, receipt)
+    err.print("Message deleted.")

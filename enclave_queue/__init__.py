@@ -1,0 +1,1 @@
+"""Enclave Queues: managed queues over NATS JetStream."""

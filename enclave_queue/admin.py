@@ -1,0 +1,125 @@
+"""The SDK's admin half: a small synchronous client of the HTTP API (the CLI is built on it).
+
+Errors come back as the same classes the server raised (errors.py), rebuilt from the API's
+JSON problems.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import httpx
+
+from .errors import BrokerUnavailable, EnclaveError, NotFound, Timeout, from_problem
+from .settings import ClientSettings
+
+POLL_SECONDS = 0.05
+
+
+class AdminClient:
+    def __init__(self, url: str, token: Optional[str], *, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    @classmethod
+    def from_env(cls) -> AdminClient:
+        settings = ClientSettings.from_env()
+        return cls(settings.url, settings.token)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise BrokerUnavailable(
+                f"Cannot reach the Enclave API at {self.url} ({exc.__class__.__name__}); is 'enclave up' running?"
+            ) from exc
+        if response.status_code >= 400:
+            try:
+                problem = response.json()
+            except ValueError:
+                problem = {"detail": response.text or response.reason_phrase}
+            raise from_problem(response.status_code, problem)
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    # -- queues ---------------------------------------------------------------------------------
+
+    def _queues(self, project: str) -> str:
+        return f"/v1/projects/{project}/queues"
+
+    def list_queues(self, project: str) -> list[dict[str, Any]]:
+        return self.request("GET", self._queues(project))
+
+    def create_queue(self, project: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", self._queues(project), json=spec)
+
+    def get_queue(self, project: str, name: str) -> dict[str, Any]:
+        return self.request("GET", f"{self._queues(project)}/{name}")
+
+    def update_queue(self, project: str, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return self.request("PATCH", f"{self._queues(project)}/{name}", json=changes)
+
+    def delete_queue(self, project: str, name: str) -> None:
+        self.request("DELETE", f"{self._queues(project)}/{name}")
+
+    def queue_status(self, project: str, name: str) -> dict[str, Any]:
+        return self.request("GET", f"{self._queues(project)}/{name}/status")
+
+    def credentials(self, project: str, name: str) -> dict[str, str]:
+        return self.request("GET", f"{self._queues(project)}/{name}/credentials")
+
+    def read_secret(self, project: str, secret: str) -> dict[str, str]:
+        return self.request("GET", f"/v1/projects/{project}/secrets/{secret}")
+
+    def wait_ready(self, project: str, name: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Poll until the queue's latest spec is applied (``Ready``); raises the status message as
+        an EnclaveError if it is ``Errored``, Timeout after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.queue_status(project, name)
+            if status["observed_generation"] >= status["generation"]:
+                if status["state"] == "Ready":
+                    return self.get_queue(project, name)
+                if status["state"] == "Errored":
+                    raise EnclaveError(f"Queue '{name}' failed: {status['message']}")
+            if time.monotonic() > deadline:
+                raise Timeout(f"Queue '{name}' was not ready after {timeout:g} s: {status['message']}")
+            time.sleep(POLL_SECONDS)
+
+    def wait_deleted(self, project: str, name: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                status = self.queue_status(project, name)
+            except NotFound:
+                return
+            if time.monotonic() > deadline:
+                raise Timeout(f"Queue '{name}' was not deleted after {timeout:g} s: {status['message']}")
+            time.sleep(POLL_SECONDS)
+
+    # -- messages -------------------------------------------------------------------------------
+
+    def send(self, project: str, name: str, body: Any = None, *, body_base64: Optional[str] = None) -> dict[str, Any]:
+        payload = {"body_base64": body_base64} if body_base64 is not None else {"body": body}
+        return self.request("POST", f"{self._queues(project)}/{name}/messages", json=payload)
+
+    def receive(self, project: str, name: str, max_messages: int = 1, wait: float = 1.0) -> list[dict[str, Any]]:
+        data = self.request("POST", f"{self._queues(project)}/{name}/messages/receive",
+                            json={"max": max_messages, "wait": wait},
+                            timeout=wait + 10)
+        return data["messages"]
+
+    def delete_message(self, project: str, name: str, receipt: str) -> None:
+        self.request("DELETE", f"{self._queues(project)}/{name}/messages/{receipt}")

@@ -1,0 +1,27 @@
+"""The FastAPI application: the routes, the token check, and errors as JSON problems.
+
+``create_app(runtime)`` takes the running control plane (see server.py); the API is stateless
+beyond it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Depends, FastAPI
+
+from . import problems
+from .auth import require_token
+from .routes import health, messages, queues, secrets
+
+
+def create_app(runtime: Any) -> FastAPI:
+    app = FastAPI(title="Enclave Queues", version="1", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.runtime = runtime
+    problems.install(app)
+    app.include_router(health.router)
+    guarded = [Depends(require_token)]
+    app.include_router(queues.router, dependencies=guarded)
+    app.include_router(messages.router, dependencies=guarded)
+    app.include_router(secrets.router, dependencies=guarded)
+    return app

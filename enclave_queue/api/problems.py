@@ -1,0 +1,52 @@
+"""Errors as RFC 9457 JSON problems: ``{"type", "title", "status", "detail", "errors"}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import EnclaveError, SpecError, Unauthorized
+from ..spec import spec_error
+
+log = logging.getLogger("enclave.api")
+
+MEDIA_TYPE = "application/problem+json"
+
+
+def problem(status: int, title: str, detail: str, errors: list[dict[str, Any]] | None = None,
+            headers: dict[str, str] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    if errors:
+        body["errors"] = errors
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(EnclaveError)
+    async def enclave_error(request: Request, exc: EnclaveError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        if exc.status >= 500:
+            log.warning("%s %s failed: %s", request.method, request.url.path, exc)
+        return problem(exc.status, exc.title, exc.message, exc.errors, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        error = spec_error(list(exc.errors()))
+        return problem(SpecError.status, SpecError.title, error.message, error.errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = f"There is no route {request.url.path}."
+        return problem(exc.status_code, detail if exc.status_code != 404 else "Not found", detail)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return problem(500, "Internal error", "The server failed to handle the request; see its log.")

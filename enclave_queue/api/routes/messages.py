@@ -1,0 +1,69 @@
+"""Messages by hand: ``/v1/projects/{project}/queues/{name}/messages``.
+
+Send: ``POST …/messages`` with ``{"body": <any JSON>}`` (a string is sent as its UTF-8 text,
+anything else as JSON) or ``{"body_base64": "…"}``. Receive: ``POST …/messages/receive`` with
+``{"max": 1–100, "wait": 0–20}``. Delete: ``DELETE …/messages/{receipt}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any, Optional
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...errors import SpecError
+from ...service import MAX_RECEIVE, MAX_WAIT
+
+router = APIRouter(prefix="/v1/projects/{project}/queues/{name}/messages")
+
+
+class SendRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    body: Any = None
+    body_base64: Optional[str] = None
+
+
+class ReceiveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max: int = Field(1, ge=1, le=MAX_RECEIVE)
+    wait: float = Field(1.0, ge=0, le=MAX_WAIT)
+
+
+def encode_body(request: SendRequest) -> tuple[bytes, Optional[str]]:
+    """The bytes to publish and their content type."""
+    if request.body_base64 is not None:
+        if request.body is not None:
+            raise SpecError("Give either body or body_base64, not both.",
+                            errors=[{"field": "body_base64", "message": "cannot be given with body"}])
+        try:
+            return base64.b64decode(request.body_base64, validate=True), "application/octet-stream"
+        except binascii.Error:
+            raise SpecError("body_base64 must be valid base64.",
+                            errors=[{"field": "body_base64", "message": "must be valid base64"}]) from None
+    if "body" not in request.model_fields_set:
+        raise SpecError("body is required.", errors=[{"field": "body", "message": "is required"}])
+    if isinstance(request.body, str):
+        return request.body.encode(), "text/plain; charset=utf-8"
+    return json.dumps(request.body, separators=(",", ":")).encode(), "application/json"
+
+
+@router.post("", status_code=201)
+async def send_message(project: str, name: str, body: SendRequest, request: Request) -> dict[str, Any]:
+    data, content_type = encode_body(body)
+    return await request.app.state.runtime.service.send(project, name, data, content_type)
+
+
+@router.post("/receive")
+async def receive_messages(project: str, name: str, body: ReceiveRequest, request: Request) -> dict[str, Any]:
+    messages = await request.app.state.runtime.service.receive(project, name, body.max, body.wait)
+    return {"messages": messages}
+
+
+@router.delete("/{receipt}", status_code=204)
+async def delete_message(project: str, name: str, receipt: str, request: Request) -> Response:
+    await request.app.state.runtime.service.delete_message(project, name, receipt)
+    return Response(status_code=204)

@@ -1,0 +1,64 @@
+"""Queue declarations: ``/v1/projects/{project}/queues[/{name}[/status|/credentials]]``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Request, Response
+
+from ...errors import SpecError
+from ...service import QueueService
+from ...spec import Queue, parse_patch, parse_spec
+
+router = APIRouter(prefix="/v1/projects/{project}/queues")
+
+
+def service(request: Request) -> QueueService:
+    return request.app.state.runtime.service
+
+
+@router.get("")
+async def list_queues(project: str, request: Request) -> list[Queue]:
+    return await service(request).list(project)
+
+
+@router.post("", status_code=201)
+async def create_queue(project: str, request: Request, body: dict[str, Any] = Body(...)) -> Queue:
+    if body.get("project", project) != project:
+        raise SpecError(
+            f"project in the body ('{body['project']}') differs from the project in the path ('{project}').",
+            errors=[{"field": "project", "message": "must match the project in the path"}],
+        )
+    return await service(request).create(parse_spec({**body, "project": project}))
+
+
+@router.get("/{name}")
+async def get_queue(project: str, name: str, request: Request) -> Queue:
+    return await service(request).get(project, name)
+
+
+@router.patch("/{name}")
+async def update_queue(project: str, name: str, request: Request, body: dict[str, Any] = Body(...)) -> Queue:
+    for fixed in ("name", "project", "id"):
+        if fixed in body and body[fixed] != {"name": name, "project": project}.get(fixed):
+            raise SpecError(f"{fixed} cannot be changed; create a new queue instead.",
+                            errors=[{"field": fixed, "message": "cannot be changed"}])
+        body.pop(fixed, None)
+    return await service(request).update(project, name, parse_patch(body))
+
+
+@router.delete("/{name}", status_code=202)
+async def delete_queue(project: str, name: str, request: Request) -> dict[str, str]:
+    await service(request).delete(project, name)
+    return {"state": "Deleting"}
+
+
+@router.get("/{name}/status")
+async def queue_status(project: str, name: str, request: Request) -> dict[str, Any]:
+    return await service(request).status(project, name)
+
+
+@router.get("/{name}/credentials")
+async def queue_credentials(project: str, name: str, request: Request, response: Response) -> dict[str, str]:
+    response.headers["Cache-Control"] = "no-store"
+    return await service(request).credentials(project, name)

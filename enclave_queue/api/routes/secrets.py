@@ -1,0 +1,13 @@
+"""Managed secrets: ``/v1/projects/{project}/secrets/{secret}``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+router = APIRouter(prefix="/v1/projects/{project}/secrets")
+
+
+@router.get("/{secret}")
+async def read_secret(project: str, secret: str, request: Request, response: Response) -> dict[str, str]:
+    response.headers["Cache-Control"] = "no-store"
+    return await request.app.state.runtime.service.read_secret(project, secret)

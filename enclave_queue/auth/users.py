@@ -1,0 +1,48 @@
+"""Broker names and permissions for a queue's account and its app user (pure functions).
+
+Each queue is its own NATS account, named by the queue's id, so nothing one queue's user does
+can reach another queue (inside one account, a reply subject on an allowed request would let the
+server write into any stream of that account; across accounts there is nothing to reach).
+The user's permissions are allow-only: publish into the queue, pull from and acknowledge on its
+one consumer, read its own stream; subscribe only under its own inbox prefix.
+"""
+
+from __future__ import annotations
+
+#: the durable pull consumer every queue's workers share
+CONSUMER = "worker"
+#: every queue subject lives under this token inside its own account
+SUBJECT_ROOT = "queue"
+
+
+def stream_name(queue_id: str) -> str:
+    return queue_id.upper()
+
+
+def username(queue_id: str) -> str:
+    return queue_id
+
+
+def inbox_prefix(queue_id: str) -> str:
+    """The only subjects the app user may subscribe to (apps pass it as ``inbox_prefix``)."""
+    return f"_INBOX_{username(queue_id)}"
+
+
+def app_permissions(queue_id: str) -> dict[str, dict[str, list[str]]]:
+    """The app user's allow-only permissions. They name no queue name or project, so an account
+    can be made ready before the queue that will own it exists (the account pool)."""
+    stream = stream_name(queue_id)
+    return {
+        "publish": {
+            "allow": [
+                f"{SUBJECT_ROOT}.>",
+                f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{CONSUMER}",
+                f"$JS.ACK.{stream}.{CONSUMER}.>",
+                f"$JS.API.STREAM.INFO.{stream}",
+                f"$JS.API.CONSUMER.INFO.{stream}.{CONSUMER}",
+                f"$JS.API.DIRECT.GET.{stream}",
+                f"$JS.API.DIRECT.GET.{stream}.>",
+            ]
+        },
+        "subscribe": {"allow": [f"{inbox_prefix(queue_id)}.>"]},
+    }

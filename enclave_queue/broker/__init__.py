@@ -1,0 +1,1 @@
+"""The broker: rendering nats-server's configuration (config.py) and running it (supervisor.py)."""

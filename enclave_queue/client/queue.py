@@ -1,0 +1,405 @@
+"""The data-plane SDK: send, receive, delete, nack and extend on one queue, over the broker.
+
+What each verb does on the broker (JetStream):
+
+- ``send`` publishes to the queue's subject and returns once the stream has stored the message
+  (its PubAck), so a sent message is durable. ``send_batch`` pipelines many publishes.
+- ``receive`` pulls from the queue's durable consumer. A received message is *leased*: hidden
+  from other receivers for the visibility timeout (``ack_wait``). If it is not deleted in time
+  it comes back, with ``receive_count`` one higher.
+- ``Message.delete`` acknowledges (``+ACK``); the message leaves the queue for good. It returns
+  once the broker has confirmed. ``Queue.delete_many`` does the same for many in one round trip.
+- ``Message.nack(delay=)`` hands the message back now or after ``delay`` seconds (``-NAK``); it
+  counts as a receive and redelivers — it does not dead-letter by itself.
+- ``Message.extend()`` resets the lease's clock (``+WPI``, "work in progress").
+
+Errors: a refused operation (a permissions violation) raises ``PermissionDenied`` at once, not
+after a timeout; wrong credentials raise ``Unauthorized``; an oversize message
+``MessageTooLarge``. A closed queue raises ``RuntimeError("Client is closed.")``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator, Iterable
+from datetime import UTC, datetime
+from typing import Any, Optional
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.nuid import NUID
+
+from ..errors import BrokerUnavailable, EnclaveError, MessageTooLarge, PermissionDenied, Unauthorized
+from .credentials import Credentials
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+DEFAULT_TIMEOUT = 5.0  #: seconds to wait for the broker to confirm an operation
+SEND_WINDOW = 2000  #: unconfirmed publishes ``send_batch`` keeps in flight
+MAX_BATCH = 1000  #: messages one pull may ask for
+
+_STATUS = "Status"
+_END_OF_PULL = {"404", "408", "409"}  # no messages / request expired / consumer limits
+
+
+def encode(body: Any) -> tuple[bytes, Optional[dict[str, str]]]:
+    """A body as bytes and headers: bytes as they are, str as UTF-8 text, anything else as JSON."""
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body), None
+    if isinstance(body, str):
+        return body.encode(), {"Content-Type": TEXT}
+    return json.dumps(body, separators=(",", ":")).encode(), {"Content-Type": JSON}
+
+
+def decode(data: bytes, content_type: Optional[str]) -> Any:
+    """The inverse of ``encode``, by the message's Content-Type."""
+    if content_type == JSON:
+        return json.loads(data)
+    if content_type and content_type.startswith("text/"):
+        return data.decode()
+    return data
+
+
+class Message:
+    """A received message, leased until deleted, nacked or its visibility timeout passes."""
+
+    __slots__ = ("_queue", "data", "headers", "_reply", "receive_count", "sequence", "_sent_ns")
+
+    def __init__(self, queue: Queue, msg: Msg) -> None:
+        self._queue = queue
+        self.data: bytes = msg.data
+        self.headers: dict[str, str] = msg.headers or {}
+        self._reply: str = msg.reply
+        # $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>
+        tokens = msg.reply.split(".")
+        if len(tokens) > 9:  # the v2 form carries a domain and an account hash first
+            tokens = tokens[:2] + tokens[4:]
+        self.receive_count = int(tokens[4])  #: this receive included
+        self.sequence = int(tokens[5])  #: the message's position in the queue's stream
+        self._sent_ns = int(tokens[7])
+
+    @property
+    def body(self) -> Any:
+        """The body decoded as it was sent: JSON value, text, or bytes."""
+        return decode(self.data, self.headers.get("Content-Type"))
+
+    @property
+    def sent_at(self) -> datetime:
+        return datetime.fromtimestamp(self._sent_ns / 1e9, UTC)
+
+    def __repr__(self) -> str:
+        return f"Message(sequence={self.sequence}, receive_count={self.receive_count}, bytes={len(self.data)})"
+
+    async def delete(self) -> None:
+        """Remove the message from the queue for good; returns once the broker confirmed."""
+        await self._queue._confirm(self._reply, b"+ACK")
+
+    async def nack(self, delay: Optional[float] = None) -> None:
+        """Hand the message back: redelivered now, or after ``delay`` seconds."""
+        payload = b"-NAK" if not delay else b"-NAK " + json.dumps({"delay": int(delay * 1e9)}).encode()
+        await self._queue._confirm(self._reply, payload)
+
+    async def extend(self) -> None:
+        """Keep the message hidden for another visibility timeout (work in progress)."""
+        await self._queue._confirm(self._reply, b"+WPI")
+
+
+class _Pull:
+    __slots__ = ("want", "messages", "done")
+
+    def __init__(self, want: int, done: asyncio.Future[None]) -> None:
+        self.want = want
+        self.messages: list[Msg] = []
+        self.done = done
+
+
+class Queue:
+    """One queue, over one connection authenticated as the queue's own user."""
+
+    def __init__(self, nc: Client, credentials: Credentials) -> None:
+        self._nc = nc
+        self.credentials = credentials
+        self.subject = credentials.subject
+        self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{credentials.stream}.{credentials.consumer}"
+        self._mux = f"{credentials.inbox_prefix}.{NUID().next().decode()}"
+        self._ids = itertools.count(1)
+        self._waiting: dict[str, asyncio.Future[Msg] | _Pull] = {}
+        self._sub: Any = None
+        self._closed = False
+
+    async def _start(self) -> None:
+        self._sub = await self._nc.subscribe(f"{self._mux}.*", cb=self._on_reply)
+
+    # -- replies and failures ---------------------------------------------------------------------
+
+    async def _on_reply(self, msg: Msg) -> None:
+        waiter = self._waiting.pop(msg.subject[len(self._mux) + 1:], None)
+        if isinstance(waiter, asyncio.Future) and not waiter.done():
+            waiter.set_result(msg)
+
+    def _fail_all(self, exc: Exception) -> None:
+        waiting, self._waiting = self._waiting, {}
+        for waiter in waiting.values():
+            future = waiter.done if isinstance(waiter, _Pull) else waiter
+            if not future.done():
+                future.set_exception(exc)
+
+    def _denied(self, text: str) -> None:
+        self._fail_all(PermissionDenied(f"The broker refused this queue's user: {text}."))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("Client is closed.")
+
+    def _new_waiter(self) -> tuple[str, asyncio.Future[Msg]]:
+        token = str(next(self._ids))
+        future: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        self._waiting[token] = future
+        return token, future
+
+    async def _await(self, token: str, future: asyncio.Future[Any], timeout: float, what: str) -> Any:
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            self._waiting.pop(token, None)
+            raise BrokerUnavailable(f"The broker did not confirm {what} within {timeout:g} s.") from None
+
+    async def _confirm(self, reply: str, payload: bytes, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self._check_open()
+        token, future = self._new_waiter()
+        await self._nc.publish(reply, payload, reply=f"{self._mux}.{token}")
+        await self._await(token, future, timeout, "the acknowledgement")
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    def _check_ack(self, msg: Msg) -> int:
+        if msg.headers and msg.headers.get(_STATUS) == "503":
+            raise BrokerUnavailable(f"No stream stores subject '{self.subject}'; the queue may not exist any more.")
+        ack = json.loads(msg.data)
+        error = ack.get("error")
+        if error:
+            if error.get("err_code") == 10054:
+                raise MessageTooLarge(f"The message is larger than the queue accepts ({error.get('description')}).")
+            raise EnclaveError(f"The broker refused the message: {error.get('description')}.")
+        return int(ack["seq"])
+
+    async def send(self, body: Any, *, headers: Optional[dict[str, str]] = None,
+                   timeout: float = DEFAULT_TIMEOUT) -> int:
+        """Send one message; returns its sequence number once the broker has stored it."""
+        self._check_open()
+        data, content = encode(body)
+        token, future = self._new_waiter()
+        await self._nc.publish(self.subject, data, reply=f"{self._mux}.{token}",
+                               headers={**(content or {}), **(headers or {})} or None)
+        return self._check_ack(await self._await(token, future, timeout, "the message"))
+
+    async def send_batch(self, bodies: Iterable[Any], *, window: int = SEND_WINDOW,
+                         timeout: float = DEFAULT_TIMEOUT) -> int:
+        """Send many messages, pipelined (up to ``window`` unconfirmed); returns how many the
+        broker stored. If one fails, raises after the rest settle, saying how many went."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        in_flight: set[asyncio.Future[Msg]] = set()
+        stored = failed = 0
+        first_error: Optional[BaseException] = None
+        room = asyncio.Event()
+
+        def settle(future: asyncio.Future[Msg]) -> None:
+            nonlocal stored, failed, first_error
+            in_flight.discard(future)
+            try:
+                self._check_ack(future.result())
+                stored += 1
+            except BaseException as exc:  # noqa: BLE001 - every failure is counted and the first kept
+                failed += 1
+                first_error = first_error or exc
+            if len(in_flight) < window:
+                room.set()
+
+        for body in bodies:
+            data, content = encode(body)
+            token = str(next(self._ids))
+            future: asyncio.Future[Msg] = loop.create_future()
+            self._waiting[token] = future
+            future.add_done_callback(settle)
+            in_flight.add(future)
+            await self._nc.publish(self.subject, data, reply=f"{self._mux}.{token}", headers=content)
+            if len(in_flight) >= window:
+                room.clear()
+                await self._drain(room, timeout)
+        while in_flight:
+            room.clear()
+            await self._drain(room, timeout)
+        if first_error is not None:
+            raise type(first_error)(f"{stored} of {stored + failed} messages were sent; the first failure: {first_error}") \
+                if isinstance(first_error, EnclaveError) else first_error
+        return stored
+
+    async def _drain(self, room: asyncio.Event, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(room.wait(), timeout)
+        except TimeoutError:
+            self._fail_all(BrokerUnavailable(f"The broker did not confirm messages within {timeout:g} s."))
+
+    # -- receiving --------------------------------------------------------------------------------
+
+    async def _pull(self, batch: int, *, expires: float = 0.0) -> list[Message]:
+        """One pull request: up to ``batch`` messages; waits up to ``expires`` seconds (0 = none).
+        Each pull has its own inbox: delivered messages keep their original subject, so only
+        the subscription tells whose they are."""
+        self._check_open()
+        token = f"p{next(self._ids)}"
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        pull = _Pull(batch, done)
+        self._waiting[token] = pull
+
+        async def collect(msg: Msg) -> None:
+            status = msg.headers.get(_STATUS) if msg.headers else None
+            if status is None:
+                pull.messages.append(msg)
+                if len(pull.messages) < batch:
+                    return
+            elif status == "100":  # idle heartbeat
+                return
+            if not done.done():
+                done.set_result(None)
+
+        inbox = f"{self._mux}.pull.{token}"  # two tokens: outside the reply wildcard's reach
+        sub = await self._nc.subscribe(inbox, cb=collect)
+        request: dict[str, Any] = {"batch": batch}
+        if expires > 0:
+            request["expires"] = int(expires * 1e9)
+        else:
+            request["no_wait"] = True
+        try:
+            await self._nc.publish(self._next_subject, json.dumps(request).encode(), reply=inbox)
+            await asyncio.wait_for(done, expires + DEFAULT_TIMEOUT)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiting.pop(token, None)
+            await sub.unsubscribe()
+        return [Message(self, m) for m in pull.messages]
+
+    async def receive(self, batch: int = 1, wait: float = 5.0) -> list[Message]:
+        """Up to ``batch`` messages, waiting up to ``wait`` seconds for the first one; returns as
+        soon as any are available (an empty list if none came). Each is leased (hidden) for the
+        queue's visibility timeout."""
+        if not 1 <= batch <= MAX_BATCH:
+            raise ValueError(f"batch must be from 1 to {MAX_BATCH} (got {batch})")
+        messages = await self._pull(batch)
+        if messages or wait <= 0:
+            return messages
+        messages = await self._pull(1, expires=wait)
+        if messages and batch > 1:
+            messages += await self._pull(batch - 1)
+        return messages
+
+    async def messages(self, batch: int = 100, wait: float = 5.0) -> AsyncIterator[Message]:
+        """Every message as it comes, fetching the next batch while the current one is handled.
+        Stops when nothing arrives for ``wait`` seconds."""
+        pending = asyncio.ensure_future(self.receive(batch, wait))
+        try:
+            while True:
+                current = await pending
+                if not current:
+                    return
+                pending = asyncio.ensure_future(self.receive(batch, wait))
+                for message in current:
+                    yield message
+        finally:
+            if not pending.done():
+                pending.cancel()
+
+    async def delete_many(self, messages: Iterable[Message], timeout: float = DEFAULT_TIMEOUT) -> None:
+        """Delete many received messages with one round trip of waiting."""
+        self._check_open()
+        futures = []
+        for message in messages:
+            token, future = self._new_waiter()
+            futures.append((token, future))
+            await self._nc.publish(message._reply, b"+ACK", reply=f"{self._mux}.{token}")
+        for token, future in futures:
+            await self._await(token, future, timeout, "the deletes")
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._fail_all(RuntimeError("Client is closed."))
+        if not self._nc.is_closed:
+            await self._nc.drain()
+
+    async def __aenter__(self) -> Queue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _Connect:
+    """What ``connect`` returns: await it for a Queue, or use it in ``async with``."""
+
+    def __init__(self, credentials: Any, options: dict[str, Any]) -> None:
+        self._args = (credentials, options)
+        self._queue: Optional[Queue] = None
+
+    def __await__(self) -> Any:
+        return _connect(self._args[0], **self._args[1]).__await__()
+
+    async def __aenter__(self) -> Queue:
+        self._queue = await _connect(self._args[0], **self._args[1])
+        return self._queue
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._queue is not None:
+            await self._queue.close()
+
+
+def connect(credentials: Credentials | dict[str, Any] | None = None, *, name: str = "enclave-sdk",
+            connect_timeout: float = 5.0) -> _Connect:
+    """Connect to a queue with its credentials (a ``Credentials``, the dict ``enclave queue
+    credentials --json`` prints, or None to read ``ENCLAVE_QUEUE_*`` from the environment).
+    ``queue = await connect(...)`` or ``async with connect(...) as queue``.
+    Raises ``Unauthorized`` if the broker refuses the username or password."""
+    return _Connect(credentials, {"name": name, "connect_timeout": connect_timeout})
+
+
+async def _connect(credentials: Credentials | dict[str, Any] | None, *, name: str, connect_timeout: float) -> Queue:
+    if credentials is None:
+        creds = Credentials.from_env()
+    elif isinstance(credentials, Credentials):
+        creds = credentials
+    else:
+        creds = Credentials.from_dict(credentials)
+    queue: Optional[Queue] = None
+    refused: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        text = str(exc)
+        lowered = text.lower()
+        if "authorization violation" in lowered or "authentication" in lowered:
+            refused.append(text)
+        elif "permissions violation" in lowered and queue is not None:
+            queue._denied(text.removeprefix("nats: ").strip())
+
+    try:
+        nc = await nats.connect(
+            creds.broker_url, user=creds.username, password=creds.password, inbox_prefix=creds.inbox_prefix,
+            name=name, connect_timeout=connect_timeout, error_cb=on_error, allow_reconnect=True,
+            max_reconnect_attempts=1, reconnect_time_wait=0.25, pending_size=64 * 1024 * 1024,
+        )
+        nc.options["max_reconnect_attempts"] = -1  # one try to connect, then reconnect for ever
+    except Exception as exc:  # nats-py raises several unrelated types here
+        if refused or "authorization" in str(exc).lower():
+            raise Unauthorized(f"The broker refused user '{creds.username}': wrong username or password.") from exc
+        raise BrokerUnavailable(f"Cannot connect to the broker at {creds.broker_url}: {exc!r}") from exc
+    queue = Queue(nc, creds)
+    await queue._start()
+    return queue

@@ -1,0 +1,248 @@
+"""Queue accounts on the broker: the spare pool, claims, removal, and the broker configuration.
+
+Every queue owns one broker account and one app user (see auth/users.py). A reload of the
+broker's configuration costs about 0.2–0.5 s at 1000 accounts, so the controller keeps a few
+accounts ready in advance (``ENCLAVE_ACCOUNT_POOL``, default 4): creating a queue claims one that
+the running broker already knows, and the pool is refilled in the background. Reloads are
+coalesced: any number of changes that arrive while one reload runs share the next one.
+
+The records (with each user's bcrypt hash and sealed password) live in the state store; this
+class keeps them in memory too, as the only writer of that bucket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import secrets
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import nats.errors
+import nats.js.errors
+
+from ..auth.secrets import MasterKey, generate_password, hash_password
+from ..auth.users import stream_name
+from ..broker.config import CONTROL_ACCOUNT, SYSTEM_ACCOUNT, AccountEntry, BrokerConfig, render
+from ..broker.connection import BrokerConnection
+from ..broker.supervisor import Supervisor
+from ..errors import EnclaveError
+from ..state.kv import Store
+from ..state.records import AccountRecord
+
+log = logging.getLogger("enclave.controller")
+
+SEAL_PURPOSE = "queue-password"
+
+
+def new_account_id() -> str:
+    """A stable unique id: ``q`` and 16 base32 characters (80 random bits)."""
+    return "q" + base64.b32encode(secrets.token_bytes(10)).decode().lower()
+
+
+def accounts_in_config(text: str) -> dict[str, AccountEntry]:
+    """The queue accounts a rendered configuration holds (to start from the last good one)."""
+    try:
+        accounts = json.loads(text)["accounts"]
+    except (ValueError, KeyError, TypeError):
+        return {}
+    return {
+        name: AccountEntry(name, body["users"][0]["password"])
+        for name, body in accounts.items()
+        if name not in (SYSTEM_ACCOUNT, CONTROL_ACCOUNT)
+    }
+
+
+class Accounts:
+    def __init__(self, base: BrokerConfig, supervisor: Supervisor, master: MasterKey, pool_size: int) -> None:
+        self.base = base
+        self.supervisor = supervisor
+        self.master = master
+        self.pool_size = pool_size
+        self.store: Optional[Store] = None
+        self.conn: Optional[BrokerConnection] = None
+        self.applied: frozenset[str] = frozenset()  #: account ids the running broker has loaded
+        self.reloads = 0
+        self.reload_seconds = 0.0  #: total time spent in reloads
+        self._records: dict[str, tuple[AccountRecord, int]] = {}
+        self._lock = asyncio.Lock()
+        self._requested = 0
+        self._done = 0
+        self._loaded_text: Optional[str] = None
+        self._refill: Optional[asyncio.Task[None]] = None
+        self._claiming = asyncio.Lock()
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    async def start_broker(self) -> None:
+        """Start the broker from the last good configuration's accounts (rendered afresh for
+        this run's ports and keys), so queues work before the state store is even read."""
+        try:
+            previous = accounts_in_config(self.supervisor.config_path.read_text())
+        except OSError:
+            previous = {}
+        text = render(replace(self.base, accounts=tuple(previous.values())))
+        await self.supervisor.start(text)
+        self._loaded_text = text
+        self.applied = frozenset(previous)
+
+    async def attach(self, store: Store, conn: BrokerConnection) -> None:
+        """Load the account records, clean up what an interrupted run left behind, and bring the
+        broker in step with the records."""
+        self.store, self.conn = store, conn
+        self._records = {key: (record, revision) for key, record, revision in await store.accounts.items()}
+        owners = {record.id for _, record, _ in await store.queues.items()}
+        for record, _ in list(self._records.values()):
+            if record.owner is not None and record.id not in owners:
+                log.warning("account %s was claimed by a queue that does not exist; removing it", record.id)
+                await self._delete_stream(record.id)
+                await store.accounts.delete(record.id)
+                del self._records[record.id]
+        for orphan in self.applied - set(self._records):
+            log.warning("account %s is in the broker but in no record; removing it", orphan)
+            await self._delete_stream(orphan)
+        await self.sync()
+        self._remove_store_dirs(keep=set(self._records))
+        self.refill()
+
+    # -- the broker configuration -------------------------------------------------------------
+
+    def entries(self) -> tuple[AccountEntry, ...]:
+        return tuple(AccountEntry(r.id, r.password_hash) for r, _ in sorted(self._records.values(), key=lambda x: x[0].id))
+
+    async def sync(self) -> None:
+        """Make the running broker's configuration match the records. Coalesced: returns once a
+        reload that started after this call has finished."""
+        self._requested += 1
+        ticket = self._requested
+        async with self._lock:
+            if self._done >= ticket:
+                return
+            target = self._requested
+            entries = self.entries()
+            text = render(replace(self.base, accounts=entries))
+            await self.supervisor.write_config(text)
+            if text != self._loaded_text:
+                started = time.perf_counter()
+                assert self.conn is not None
+                await self.conn.reload()
+                self.reload_seconds += time.perf_counter() - started
+                self.reloads += 1
+                self._loaded_text = text
+            self.applied = frozenset(e.id for e in entries)
+            self._done = target
+
+    def broker_restarted(self) -> None:
+        """The supervisor restarted the broker from the file on disk: that file is what runs."""
+        with contextlib.suppress(OSError):
+            self._loaded_text = self.supervisor.config_path.read_text()
+
+    async def ensure_applied(self, account_id: str) -> None:
+        if account_id not in self.applied:
+            await self.sync()
+
+    # -- records --------------------------------------------------------------------------------
+
+    def get(self, account_id: str) -> Optional[AccountRecord]:
+        found = self._records.get(account_id)
+        return found[0] if found else None
+
+    def password(self, account_id: str) -> str:
+        """The app user's password, unsealed."""
+        record = self.get(account_id)
+        if record is None:
+            raise EnclaveError(f"Account {account_id} does not exist.")
+        return self.master.unseal(record.sealed_password, SEAL_PURPOSE, record.id).decode()
+
+    def pooled(self) -> list[AccountRecord]:
+        return [r for r, _ in self._records.values() if r.owner is None]
+
+    async def _new_record(self, owner: Optional[str]) -> AccountRecord:
+        assert self.store is not None
+        account_id = new_account_id()
+        password = generate_password()
+        record = AccountRecord(
+            id=account_id,
+            password_hash=await asyncio.to_thread(hash_password, password),
+            sealed_password=self.master.seal(password.encode(), SEAL_PURPOSE, account_id),
+            owner=owner,
+        )
+        revision = await self.store.accounts.create(account_id, record)
+        self._records[account_id] = (record, revision)
+        return record
+
+    async def claim(self, owner: str) -> AccountRecord:
+        """An account for the queue ``owner``: a spare one the broker already runs if there is one,
+        else a new one (whose first use then waits for a reload)."""
+        assert self.store is not None
+        async with self._claiming:
+            spare = sorted(self.pooled(), key=lambda r: (r.id not in self.applied, r.created_at))
+            if spare:
+                record, revision = self._records[spare[0].id]
+                claimed = record.model_copy(update={"owner": owner})
+                self._records[record.id] = (claimed, await self.store.accounts.update(record.id, claimed, revision))
+            else:
+                claimed = await self._new_record(owner)
+        self.refill()
+        return claimed
+
+    async def release(self, account_id: str) -> None:
+        """Give a claimed account that was never used back to the pool."""
+        assert self.store is not None
+        record, revision = self._records[account_id]
+        spare = record.model_copy(update={"owner": None})
+        self._records[account_id] = (spare, await self.store.accounts.update(account_id, spare, revision))
+
+    async def remove(self, account_id: str) -> None:
+        """Delete an account: its record and sealed password, then the account and user from the
+        broker (which cuts the user's connections), then its directory in the store."""
+        assert self.store is not None
+        await self.store.accounts.delete(account_id)
+        self._records.pop(account_id, None)
+        await self.sync()
+        self._remove_store_dirs(keep=set(self._records))
+
+    def refill(self) -> None:
+        """Top the pool up in the background (one reload for the lot)."""
+        if self._refill is None or self._refill.done():
+            self._refill = asyncio.create_task(self._refill_pool(), name="account-pool")
+
+    async def _refill_pool(self) -> None:
+        try:
+            while len(self.pooled()) < self.pool_size:
+                await self._new_record(owner=None)
+            if any(r.id not in self.applied for r in self.pooled()):
+                await self.sync()
+        except (EnclaveError, nats.errors.Error) as exc:
+            log.warning("could not refill the account pool: %s", exc)
+
+    async def stop(self) -> None:
+        if self._refill is not None:
+            self._refill.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refill
+
+    # -- clean-up -------------------------------------------------------------------------------
+
+    async def _delete_stream(self, account_id: str) -> None:
+        """Delete an account's stream (its files go with it), if the broker still has it."""
+        if account_id not in self.applied or self.conn is None:
+            return
+        with contextlib.suppress(nats.js.errors.NotFoundError, nats.errors.NoRespondersError):
+            await self.conn.queue_js(account_id).delete_stream(stream_name(account_id))
+
+    def _remove_store_dirs(self, keep: set[str]) -> None:
+        """Remove JetStream directories of accounts the broker no longer has (streams are deleted
+        through the API first; this clears what remains, such as empty folders)."""
+        root = Path(self.base.store_dir) / "jetstream"
+        if not root.is_dir():
+            return
+        for path in root.iterdir():
+            if path.is_dir() and path.name not in keep | {SYSTEM_ACCOUNT, CONTROL_ACCOUNT, "$G", "$SYS"}:
+                shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,69 @@
+"""Pure functions from a queue's spec to its JetStream stream and consumer, and the drift check.
+
+The stream keeps messages until a worker deletes them (WorkQueue retention), on disk, refusing
+new messages rather than dropping old ones when full. The consumer is the one durable pull
+consumer all workers share; ``ack_wait`` is the visibility timeout and ``max_deliver`` the
+number of receives allowed.
+"""
+
+from __future__ import annotations
+
+from nats.js import api
+
+from ..auth.users import CONSUMER, stream_name
+from ..spec import QueueSpec, subject_for
+
+#: leased-but-not-deleted messages per queue (the server's default of 1000 is low for a queue)
+MAX_ACK_PENDING = 20_000
+#: seconds a Nats-Msg-Id is remembered for deduplication
+DUPLICATE_WINDOW = 120.0
+
+#: fields that cannot change on a live object; drift there cannot be repaired in place
+IMMUTABLE_STREAM = frozenset({"retention", "storage"})
+IMMUTABLE_CONSUMER = frozenset({"ack_policy", "deliver_policy"})
+
+STREAM_FIELDS = ("subjects", "retention", "storage", "discard", "max_age", "max_msg_size", "allow_direct",
+                 "max_msgs", "max_bytes", "duplicate_window")
+CONSUMER_FIELDS = ("ack_policy", "deliver_policy", "ack_wait", "max_deliver", "max_ack_pending", "filter_subject")
+
+
+def stream_config(queue_id: str, spec: QueueSpec) -> api.StreamConfig:
+    return api.StreamConfig(
+        name=stream_name(queue_id),
+        subjects=[subject_for(spec.project, spec.name)],
+        retention=api.RetentionPolicy.WORK_QUEUE,
+        storage=api.StorageType.FILE,
+        discard=api.DiscardPolicy.NEW,
+        max_age=float(spec.retention_hours * 3600),
+        max_msg_size=spec.max_message_bytes,
+        max_msgs=-1,
+        max_bytes=-1,
+        allow_direct=True,
+        duplicate_window=DUPLICATE_WINDOW,
+        num_replicas=1,
+    )
+
+
+def consumer_config(queue_id: str, spec: QueueSpec) -> api.ConsumerConfig:
+    return api.ConsumerConfig(
+        durable_name=CONSUMER,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        deliver_policy=api.DeliverPolicy.ALL,
+        ack_wait=float(spec.visibility_timeout_seconds),
+        max_deliver=spec.max_receives or -1,
+        max_ack_pending=MAX_ACK_PENDING,
+        filter_subject=subject_for(spec.project, spec.name),
+    )
+
+
+def _norm(value: object) -> object:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if hasattr(value, "value"):  # enums
+        return value.value  # type: ignore[attr-defined]
+    return value
+
+
+def drift(actual: object, desired: object, fields: tuple[str, ...]) -> list[str]:
+    """The fields of ``fields`` whose actual value differs from the desired one."""
+    return [f for f in fields if _norm(getattr(actual, f, None)) != _norm(getattr(desired, f, None))]

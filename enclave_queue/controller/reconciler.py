@@ -1,0 +1,235 @@
+"""The reconciler: moves the broker toward each declared queue, one step that is safe to repeat.
+
+It learns of changes from a watch on the queue bucket and, every ``resync_seconds`` (jittered),
+looks at every queue again, so drift made behind its back (a stream or consumer deleted or
+changed) is repaired. One reconcile at a time per queue, queues in parallel. Each outcome is
+written as the queue's status: ``Ready``, ``Errored`` with the error's text, or ``Deleting``;
+a queue whose latest spec is not yet applied reads as ``Reconciling``.
+
+Deleting a queue: its stream goes first (its files with it), then its account and user leave
+the broker (their connections are cut), then its records. A control process killed at any step
+resumes from the records when it starts again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from typing import Optional
+
+import nats.errors
+import nats.js.errors
+
+from ..auth.users import CONSUMER, stream_name
+from ..broker.connection import BrokerConnection
+from ..errors import EnclaveError
+from ..state.kv import Store
+from ..state.records import QueueRecord, QueueStatus, State
+from . import mapping
+from .accounts import Accounts
+
+log = logging.getLogger("enclave.controller")
+
+RETRY_DELAYS = (0.5, 1, 2, 5, 10, 30)  #: seconds before retrying a failed reconcile
+PARALLEL = 32  #: queues reconciled at the same time
+
+
+class PermanentError(EnclaveError):
+    """A state the reconciler cannot repair by itself; shown as Errored until the spec changes."""
+
+
+class Reconciler:
+    def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, resync_seconds: float) -> None:
+        self.store = store
+        self.conn = conn
+        self.accounts = accounts
+        self.resync_seconds = resync_seconds
+        self.reconciles = 0
+        self.errors = 0
+        self.duration_seconds = 0.0  #: total time spent reconciling
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._status: dict[str, QueueStatus] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._slots = asyncio.Semaphore(PARALLEL)
+
+    async def start(self) -> None:
+        for key, _, _ in await self.store.queues.items():
+            self.enqueue(key)
+        self._tasks = [
+            asyncio.create_task(self._watch(), name="reconciler-watch"),
+            asyncio.create_task(self._resync(), name="reconciler-resync"),
+        ]
+
+    async def stop(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        tasks = self._tasks + list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def enqueue(self, key: str) -> None:
+        """Reconcile ``key`` soon; if it is being reconciled now, once more after that."""
+        if key in self._running:
+            self._again.add(key)
+            return
+        self._running[key] = asyncio.create_task(self._run(key), name=f"reconcile:{key}")
+
+    async def _watch(self) -> None:
+        while True:
+            try:
+                async for key in self.store.queues.watch_keys():
+                    self.enqueue(key)
+            except (nats.errors.Error, EnclaveError) as exc:
+                log.warning("queue watch interrupted (%s); restarting it", exc)
+                await asyncio.sleep(0.5)
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync_seconds * random.uniform(0.8, 1.2))
+            try:
+                await self.accounts.sync()  # repairs an edited or replaced configuration file
+                for key, _, _ in await self.store.queues.items():
+                    self.enqueue(key)
+            except (nats.errors.Error, EnclaveError) as exc:
+                log.warning("resync failed: %s", exc)
+
+    async def _run(self, key: str) -> None:
+        try:
+            while True:
+                self._again.discard(key)
+                async with self._slots:
+                    await self._reconcile_once(key)
+                if key not in self._again:
+                    return
+        finally:
+            self._running.pop(key, None)
+
+    async def _reconcile_once(self, key: str) -> None:
+        started = time.perf_counter()
+        record: Optional[QueueRecord] = None
+        try:
+            found = await self.store.queues.get(key)
+            if found is None:
+                self._forget(key)
+                return
+            record = found[0]
+            if record.deleting:
+                await self._finalize(record)
+            else:
+                message = await self.reconcile(record)
+                await self._set_status(record, "Ready", message, "Reconciled")
+            self._failures.pop(key, None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # every failure becomes a status and a retry, never a dead loop
+            self.errors += 1
+            failures = self._failures[key] = self._failures.get(key, 0) + 1
+            text = str(exc) or type(exc).__name__
+            if not isinstance(exc, EnclaveError):
+                log.exception("reconcile of %s failed", key)
+            else:
+                log.warning("reconcile of %s failed: %s", key, text)
+            if record is not None:
+                with contextlib.suppress(Exception):
+                    state: State = "Deleting" if record.deleting else "Errored"
+                    await self._set_status(record, state, text, type(exc).__name__)
+            delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS)) - 1]
+            self._retry_later(key, delay)
+        finally:
+            self.reconciles += 1
+            self.duration_seconds += time.perf_counter() - started
+
+    def _retry_later(self, key: str, delay: float) -> None:
+        old = self._timers.pop(key, None)
+        if old:
+            old.cancel()
+        self._timers[key] = asyncio.get_running_loop().call_later(delay, self.enqueue, key)
+
+    def _forget(self, key: str) -> None:
+        self._status.pop(key, None)
+        self._failures.pop(key, None)
+        timer = self._timers.pop(key, None)
+        if timer:
+            timer.cancel()
+
+    async def reconcile(self, record: QueueRecord) -> str:
+        """Bring one live queue's account, stream and consumer to its spec. Returns what was done."""
+        if self.accounts.get(record.id) is None:
+            raise PermanentError(
+                f"The broker account of queue '{record.spec.name}' is missing; delete and re-create the queue."
+            )
+        await self.accounts.ensure_applied(record.id)
+        js = self.conn.queue_js(record.id)
+        done: list[str] = []
+        stream = stream_name(record.id)
+
+        want_stream = mapping.stream_config(record.id, record.spec)
+        try:
+            info = await js.stream_info(stream)
+        except nats.js.errors.NotFoundError:
+            await js.add_stream(want_stream)
+            done.append("stream created")
+        else:
+            changed = mapping.drift(info.config, want_stream, mapping.STREAM_FIELDS)
+            if set(changed) & mapping.IMMUTABLE_STREAM:
+                raise PermanentError(
+                    f"The stream of queue '{record.spec.name}' was changed outside Enclave "
+                    f"({', '.join(sorted(set(changed) & mapping.IMMUTABLE_STREAM))}) and cannot be repaired in place."
+                )
+            if changed:
+                await js.update_stream(want_stream)
+                done.append(f"stream updated ({', '.join(changed)})")
+
+        want_consumer = mapping.consumer_config(record.id, record.spec)
+        try:
+            cinfo = await js.consumer_info(stream, CONSUMER)
+        except nats.js.errors.NotFoundError:
+            await js.add_consumer(stream, want_consumer)
+            done.append("consumer created")
+        else:
+            changed = mapping.drift(cinfo.config, want_consumer, mapping.CONSUMER_FIELDS)
+            if set(changed) & mapping.IMMUTABLE_CONSUMER:
+                raise PermanentError(
+                    f"The consumer of queue '{record.spec.name}' was changed outside Enclave "
+                    f"({', '.join(sorted(set(changed) & mapping.IMMUTABLE_CONSUMER))}) and cannot be repaired in place."
+                )
+            if changed:
+                await js.add_consumer(stream, want_consumer)  # same durable name: an update
+                done.append(f"consumer updated ({', '.join(changed)})")
+        if done:
+            log.info("queue %s: %s", record.key, "; ".join(done))
+        return "Queue is ready." if not done else f"Queue is ready ({'; '.join(done)})."
+
+    async def _finalize(self, record: QueueRecord) -> None:
+        """Delete a queue from the broker, then its records. Every step tolerates a repeat."""
+        await self._set_status(record, "Deleting", "Deleting the queue's stream, account and secret.", "Deleting")
+        if self.accounts.get(record.id) is not None:
+            await self.accounts.ensure_applied(record.id)
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await self.conn.queue_js(record.id).delete_stream(stream_name(record.id))
+            await self.accounts.remove(record.id)
+        await self.store.status.delete(record.key)
+        await self.store.queues.delete(record.key)
+        self._forget(record.key)
+        log.info("queue %s deleted", record.key)
+
+    async def _set_status(self, record: QueueRecord, state: State, message: str, reason: str) -> None:
+        current = self._status.get(record.key)
+        if current is None:
+            found = await self.store.status.get(record.key)
+            current = found[0] if found else QueueStatus.initial()
+        if current.state == state and current.message == message and current.observed_generation == record.generation:
+            self._status[record.key] = current
+            return
+        status = current.transition(state, message, reason, record.generation)
+        await self.store.status.put(record.key, status)
+        self._status[record.key] = status

@@ -1,0 +1,92 @@
+"""The one error tree of Enclave Queues, rendered three ways.
+
+Every layer raises these; the HTTP API turns them into JSON problems, the CLI into
+``error: <sentence>`` on stderr and an exit code, and the SDK raises them as they are::
+
+    EnclaveError                 (base; HTTP 500 / exit 1)
+      + SpecError                -> HTTP 422 / exit 2   a setting out of range, a bad name
+      + NotFound                 -> HTTP 404 / exit 4   no such queue, secret or message
+      + Conflict                 -> HTTP 409 / exit 5   a taken name, a queue still in use
+      + Unauthorized             -> HTTP 401 / exit 7   missing or wrong API token
+      + Forbidden                -> HTTP 403 / exit 7   the token may not do this
+      + PermissionDenied         -> (SDK)     exit 7    the broker refused this queue user
+      + MessageTooLarge          -> HTTP 413 / exit 2   a body over max_message_bytes
+      + BrokerUnavailable        -> HTTP 503 / exit 3   the broker cannot be reached
+      + Timeout                  -> HTTP 504 / exit 6   waited too long for a state
+
+Messages are one sentence that names the object, for example
+``Queue 'emails' does not exist in project 'default'.``
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class EnclaveError(Exception):
+    """Base of every error the project raises on purpose."""
+
+    status: int = 500
+    exit_code: int = 1
+    title: str = "Internal error"
+
+    def __init__(self, message: str, *, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        #: per-field details for SpecError: [{"field": ..., "message": ...}]
+        self.errors = errors or []
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SpecError(EnclaveError):
+    status, exit_code, title = 422, 2, "Invalid specification"
+
+
+class NotFound(EnclaveError):
+    status, exit_code, title = 404, 4, "Not found"
+
+
+class Conflict(EnclaveError):
+    status, exit_code, title = 409, 5, "Conflict"
+
+
+class Unauthorized(EnclaveError):
+    status, exit_code, title = 401, 7, "Unauthorized"
+
+
+class Forbidden(EnclaveError):
+    status, exit_code, title = 403, 7, "Forbidden"
+
+
+class PermissionDenied(EnclaveError):
+    """The broker refused an operation for this queue's user (a permissions violation)."""
+
+    status, exit_code, title = 403, 7, "Permission denied"
+
+
+class MessageTooLarge(EnclaveError):
+    status, exit_code, title = 413, 2, "Message too large"
+
+
+class BrokerUnavailable(EnclaveError):
+    status, exit_code, title = 503, 3, "Broker unavailable"
+
+
+class Timeout(EnclaveError):
+    status, exit_code, title = 504, 6, "Timeout"
+
+
+#: every concrete error by its HTTP status, so a client can rebuild the right class
+BY_STATUS: dict[int, type[EnclaveError]] = {
+    cls.status: cls
+    for cls in (SpecError, NotFound, Conflict, Unauthorized, Forbidden, MessageTooLarge, BrokerUnavailable, Timeout)
+}
+
+
+def from_problem(status: int, problem: dict[str, Any]) -> EnclaveError:
+    """Rebuild an EnclaveError from an HTTP JSON problem (the inverse of api/problems.py)."""
+    cls = BY_STATUS.get(status, EnclaveError)
+    detail = problem.get("detail") or problem.get("title") or f"HTTP {status}"
+    return cls(detail, errors=problem.get("errors"))

@@ -1,0 +1,205 @@
+"""``enclave up``: the whole product in one asyncio process.
+
+Start order: the data dir and master key; the broker (from the last good configuration); the
+control plane's connections; the state store; the accounts and their configuration; the admin
+token (first start only); the reconciler; then the HTTP API on 127.0.0.1. ``Runtime.stop`` undoes
+it in reverse, the broker last, so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from typing import Any, Optional
+
+import uvicorn
+
+from .auth.secrets import MasterKey, write_private
+from .auth.tokens import generate_token, token_digest
+from .broker.config import BrokerConfig
+from .broker.connection import BrokerConnection
+from .broker.supervisor import Supervisor, free_port
+from .controller.accounts import Accounts
+from .controller.reconciler import Reconciler
+from .errors import Conflict
+from .service import QueueService
+from .settings import ADMIN_TOKEN_FILE, RUNTIME_FILE, EnclaveSettings
+from .state.kv import Store
+from .state.records import TokenRecord
+
+log = logging.getLogger("enclave")
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the runtime owns SIGINT/SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[override]
+        yield
+
+
+class Runtime:
+    """The running control plane. ``await start()``, then ``await stop()``."""
+
+    def __init__(self, settings: EnclaveSettings) -> None:
+        self.settings = settings
+        self.master: Optional[MasterKey] = None
+        self.supervisor: Optional[Supervisor] = None
+        self.accounts: Optional[Accounts] = None
+        self.conn: Optional[BrokerConnection] = None
+        self.store: Optional[Store] = None
+        self.reconciler: Optional[Reconciler] = None
+        self.service: Optional[QueueService] = None
+        self.api_url = ""
+        self.ready = False
+        self._http: Optional[_Uvicorn] = None
+        self._http_task: Optional[asyncio.Task[None]] = None
+        self._tokens: dict[str, str] = {}
+
+    @property
+    def broker_url(self) -> str:
+        assert self.supervisor is not None
+        host = "127.0.0.1" if self.settings.broker_host in ("0.0.0.0", "") else self.settings.broker_host
+        return f"nats://{host}:{self.supervisor.port}"
+
+    async def start(self) -> None:
+        s = self.settings
+        s.home.mkdir(parents=True, exist_ok=True)
+        os.chmod(s.home, 0o700)
+        s.log_dir.mkdir(exist_ok=True)
+        self.master = MasterKey.load_or_create(s.home, s.master_key)
+        port = s.broker_port or free_port(s.broker_host)
+        base = BrokerConfig(
+            host=s.broker_host, port=port, store_dir=s.broker_dir, log_file=s.log_dir / "nats-server.log",
+            sync=s.sync, system_nkey=self.master.nkey("system").public, control_nkey=self.master.nkey("control").public,
+        )
+        self.supervisor = Supervisor(s.broker_dir / "nats.conf", s.broker_host, port, log_path=s.log_dir / "nats-server.out")
+        self.accounts = Accounts(base, self.supervisor, self.master, s.account_pool)
+        await self.accounts.start_broker()
+        self.conn = await BrokerConnection.connect(
+            f"nats://127.0.0.1:{port}" if s.broker_host in ("0.0.0.0", "") else self.supervisor.url,
+            self.master.nkey("system"), self.master.nkey("control"),
+        )
+        self.supervisor.on_restart = self._broker_restarted
+        self.store = await Store.open(self.conn.js)
+        await self.accounts.attach(self.store, self.conn)
+        await self._ensure_admin_token()
+        self.reconciler = Reconciler(self.store, self.conn, self.accounts, s.resync_seconds)
+        await self.reconciler.start()
+        self.service = QueueService(self.store, self.conn, self.accounts, self.master,
+                                    lambda: self.broker_url, s.internal_broker_url)
+        await self._start_http()
+        self.ready = True
+        write_private(s.home / RUNTIME_FILE, json.dumps(
+            {"pid": os.getpid(), "api_url": self.api_url, "broker_url": self.broker_url,
+             "broker_pid": self.supervisor.pid}) + "\n")
+
+    async def _broker_restarted(self) -> None:
+        assert self.accounts is not None and self.supervisor is not None
+        self.accounts.broker_restarted()
+        with contextlib.suppress(OSError, ValueError):
+            path = self.settings.home / RUNTIME_FILE
+            data = json.loads(path.read_text())
+            write_private(path, json.dumps({**data, "broker_pid": self.supervisor.pid}) + "\n")
+
+    async def _ensure_admin_token(self) -> None:
+        """On the first start, create the admin token and write it to ENCLAVE_HOME/admin-token (0600)."""
+        assert self.store is not None
+        path = self.settings.home / ADMIN_TOKEN_FILE
+        if path.exists():
+            token = path.read_text().strip()
+            if token and await self.store.tokens.get(token_digest(token)) is not None:
+                return
+        token = generate_token()
+        with contextlib.suppress(Conflict):
+            await self.store.tokens.create(token_digest(token), TokenRecord(name="admin"))
+        write_private(path, token + "\n")
+        log.info("admin token written to %s", path)
+
+    async def token_name(self, digest: str) -> Optional[str]:
+        """The name of the token with this digest, or None (positive answers are cached)."""
+        if digest in self._tokens:
+            return self._tokens[digest]
+        assert self.store is not None
+        found = await self.store.tokens.get(digest)
+        if found is None:
+            return None
+        self._tokens[digest] = found[0].name
+        return found[0].name
+
+    def health(self) -> tuple[bool, str]:
+        if not self.ready:
+            return False, "starting"
+        if self.supervisor is None or self.supervisor.pid is None:
+            return False, "the broker is not running"
+        if self.conn is None or not self.conn.control.is_connected:
+            return False, "the control plane is not connected to the broker"
+        return True, "ready"
+
+    async def _start_http(self) -> None:
+        from .api import create_app
+
+        s = self.settings
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((s.api_host, s.api_port))
+        sock.set_inheritable(True)
+        host, port = sock.getsockname()[:2]
+        shown = "127.0.0.1" if host == "0.0.0.0" else host
+        self.api_url = f"http://{shown}:{port}"
+        config = uvicorn.Config(create_app(self), log_config=None, access_log=False, lifespan="off",
+                                log_level=s.log_level, timeout_graceful_shutdown=5)
+        self._http = _Uvicorn(config)
+        self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]), name="http")
+        while not self._http.started:
+            if self._http_task.done():
+                self._http_task.result()
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        """Stop everything this runtime started, the broker last."""
+        self.ready = False
+        with contextlib.suppress(OSError):
+            (self.settings.home / RUNTIME_FILE).unlink()
+        if self._http is not None and self._http_task is not None:
+            self._http.should_exit = True
+            with contextlib.suppress(Exception):
+                await self._http_task
+        if self.reconciler is not None:
+            await self.reconciler.stop()
+        if self.accounts is not None:
+            await self.accounts.stop()
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                await self.conn.close()
+        if self.supervisor is not None:
+            await self.supervisor.stop()
+
+
+async def serve(settings: EnclaveSettings, *, announce: Any = print) -> None:
+    """Run until SIGINT or SIGTERM, then stop cleanly."""
+    runtime = Runtime(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    started = time.perf_counter()
+    try:
+        await runtime.start()
+        announce(f"Enclave Queues is up in {time.perf_counter() - started:.1f} s")
+        announce(f"  API:     {runtime.api_url}")
+        announce(f"  broker:  {runtime.broker_url}")
+        announce(f"  data:    {settings.home}")
+        announce(f"  token:   {settings.home / ADMIN_TOKEN_FILE}")
+        await stop.wait()
+        announce("Stopping…")
+    finally:
+        await runtime.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,271 @@
+"""The one layer the HTTP API (and through it the CLI, console and provider) calls.
+
+Declarations: create, list, get, update, delete, status. Credentials and secrets. Messages by
+hand: send, receive (with a sealed receipt handle), delete by receipt. Every method raises
+errors from ``errors.py`` with one sentence naming the object.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Optional
+
+import nats.errors
+import nats.js.errors
+
+from .auth.secrets import MasterKey, SealError
+from .auth.users import CONSUMER, inbox_prefix, stream_name, username
+from .broker.config import send_subject
+from .broker.connection import BrokerConnection
+from .controller.accounts import Accounts
+from .errors import BrokerUnavailable, Conflict, EnclaveError, MessageTooLarge, NotFound, SpecError
+from .spec import Queue, QueuePatch, QueueSpec, password_secret_name, queue_key, subject_for
+from .state.kv import Store
+from .state.records import QueueRecord, QueueStatus
+
+RECEIPT_PURPOSE = "receipt"
+MAX_RECEIVE = 100  #: messages one receive by hand may take
+MAX_WAIT = 20.0  #: seconds a receive by hand may wait
+SEND_TIMEOUT = 5.0  #: seconds
+
+
+def _queue_missing(project: str, name: str) -> NotFound:
+    return NotFound(f"Queue '{name}' does not exist in project '{project}'.")
+
+
+class QueueService:
+    def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, master: MasterKey,
+                 broker_url: Callable[[], str], internal_broker_url: str) -> None:
+        self.store = store
+        self.conn = conn
+        self.accounts = accounts
+        self.master = master
+        self.broker_url = broker_url
+        self.internal_broker_url = internal_broker_url
+
+    # -- declarations ---------------------------------------------------------------------------
+
+    def view(self, record: QueueRecord) -> Queue:
+        spec = record.spec
+        return Queue(
+            id=record.id,
+            **spec.model_dump(),
+            username=username(record.id),
+            password_secret=password_secret_name(spec.name),
+            subject=subject_for(spec.project, spec.name),
+            broker_url=self.broker_url(),
+            internal_broker_url=self.internal_broker_url,
+        )
+
+    async def _get(self, project: str, name: str) -> tuple[QueueRecord, int]:
+        found = await self.store.queues.get(queue_key(project, name))
+        if found is None:
+            raise _queue_missing(project, name)
+        return found
+
+    async def _live(self, project: str, name: str) -> QueueRecord:
+        record, _ = await self._get(project, name)
+        if record.deleting:
+            raise _queue_missing(project, name)
+        return record
+
+    async def list(self, project: str) -> list[Queue]:
+        records = await self.store.queues.items(f"{project}.*")
+        return [self.view(r) for _, r, _ in sorted(records, key=lambda item: item[0]) if not r.deleting]
+
+    async def get(self, project: str, name: str) -> Queue:
+        return self.view(await self._live(project, name))
+
+    async def _check_dead_letter_queue(self, spec: QueueSpec) -> None:
+        dlq = spec.dead_letter_queue
+        if dlq is None:
+            return
+        found = await self.store.queues.get(queue_key(spec.project, dlq))
+        if found is None or found[0].deleting:
+            message = f"names queue '{dlq}', which does not exist in project '{spec.project}'"
+            raise SpecError(f"dead_letter_queue {message}.", errors=[{"field": "dead_letter_queue", "message": message}])
+
+    async def create(self, spec: QueueSpec) -> Queue:
+        """Declare a queue. Conflict if the name is taken; SpecError if the DLQ does not exist."""
+        existing = await self.store.queues.get(spec.key)
+        if existing is not None:
+            raise self._taken(spec.project, spec.name, existing[0])
+        await self._check_dead_letter_queue(spec)
+        account = await self.accounts.claim(spec.key)
+        record = QueueRecord(id=account.id, spec=spec)
+        try:
+            await self.store.queues.create(spec.key, record)
+        except Conflict:
+            await self.accounts.release(account.id)
+            found = await self.store.queues.get(spec.key)
+            raise self._taken(spec.project, spec.name, found[0] if found else None) from None
+        return self.view(record)
+
+    @staticmethod
+    def _taken(project: str, name: str, record: Optional[QueueRecord]) -> Conflict:
+        if record is not None and record.deleting:
+            return Conflict(f"Queue '{name}' in project '{project}' is still being deleted; try again shortly.")
+        return Conflict(f"Queue '{name}' already exists in project '{project}'.")
+
+    async def update(self, project: str, name: str, patch: QueuePatch) -> Queue:
+        """Change settings in place; the reconciler applies them to the broker."""
+        for _ in range(5):
+            record, revision = await self._get(project, name)
+            if record.deleting:
+                raise _queue_missing(project, name)
+            spec = patch.apply(record.spec)
+            if spec == record.spec:
+                return self.view(record)
+            if spec.dead_letter_queue != record.spec.dead_letter_queue:
+                await self._check_dead_letter_queue(spec)
+            changed = record.model_copy(update={"spec": spec, "generation": record.generation + 1})
+            try:
+                await self.store.queues.update(record.key, changed, revision)
+            except Conflict:
+                continue  # changed by someone else meanwhile: apply the patch to the new version
+            return self.view(changed)
+        raise Conflict(f"Queue '{name}' in project '{project}' kept changing; try again.")
+
+    async def delete(self, project: str, name: str) -> None:
+        """Start deleting a queue (the reconciler finishes it). Conflict if it is another queue's DLQ."""
+        record, revision = await self._get(project, name)
+        if record.deleting:
+            return
+        users = [r.spec.name for _, r, _ in await self.store.queues.items(f"{project}.*")
+                 if r.spec.dead_letter_queue == name and not r.deleting]
+        if users:
+            raise Conflict(
+                f"Queue '{name}' is the dead-letter queue of queue '{users[0]}' in project '{project}'; "
+                "change or delete that queue first."
+            )
+        changed = record.model_copy(update={"deleting": True, "generation": record.generation + 1})
+        try:
+            await self.store.queues.update(record.key, changed, revision)
+        except Conflict:
+            raise Conflict(f"Queue '{name}' in project '{project}' changed while being deleted; try again.") from None
+
+    async def status(self, project: str, name: str) -> dict[str, Any]:
+        """The queue's state and conditions. A spec the reconciler has not applied yet reads as
+        ``Reconciling``, whatever the last outcome was."""
+        record, _ = await self._get(project, name)
+        found = await self.store.status.get(record.key)
+        status = found[0] if found else QueueStatus.initial()
+        state, message = status.state, status.message
+        if record.deleting and state != "Deleting":
+            state, message = "Deleting", "Waiting for the controller to delete the queue."
+        elif not record.deleting and status.observed_generation < record.generation:
+            state, message = "Reconciling", f"Waiting for the controller to apply generation {record.generation}."
+        return {
+            "state": state,
+            "message": message,
+            "generation": record.generation,
+            "observed_generation": status.observed_generation,
+            "conditions": [c.model_dump(mode="json") for c in status.conditions],
+        }
+
+    # -- credentials ----------------------------------------------------------------------------
+
+    async def credentials(self, project: str, name: str) -> dict[str, str]:
+        """What a raw NATS client needs to use the queue."""
+        record = await self._live(project, name)
+        return {
+            "broker_url": self.broker_url(),
+            "username": username(record.id),
+            "password": self.accounts.password(record.id),
+            "subject": subject_for(project, name),
+            "inbox_prefix": inbox_prefix(record.id),
+            "stream": stream_name(record.id),
+            "consumer": CONSUMER,
+        }
+
+    async def read_secret(self, project: str, secret: str) -> dict[str, str]:
+        """A managed secret's value (today: a queue's password, ``<queue>-password``)."""
+        name = secret.removesuffix("-password")
+        found = await self.store.queues.get(queue_key(project, name)) if name != secret else None
+        if found is None or found[0].deleting:
+            raise NotFound(f"Secret '{secret}' does not exist in project '{project}'.")
+        return {"name": secret, "project": project, "value": self.accounts.password(found[0].id)}
+
+    # -- messages by hand -----------------------------------------------------------------------
+
+    async def send(self, project: str, name: str, body: bytes, content_type: Optional[str] = None) -> dict[str, Any]:
+        """Publish one message and wait for the broker to store it."""
+        record = await self._live(project, name)
+        limit = record.spec.max_message_bytes
+        if len(body) > limit:
+            raise MessageTooLarge(
+                f"The message is {len(body)} bytes; queue '{name}' accepts at most {limit} (max_message_bytes)."
+            )
+        subject = send_subject(record.id, subject_for(project, name))
+        headers = {"Content-Type": content_type} if content_type else None
+        try:
+            reply = await self.conn.control.request(subject, body, timeout=SEND_TIMEOUT, headers=headers)
+        except nats.errors.NoRespondersError:
+            raise Conflict(f"Queue '{name}' in project '{project}' is not ready yet.") from None
+        except nats.errors.TimeoutError as exc:
+            raise BrokerUnavailable(f"The broker did not confirm the message to queue '{name}' in time.") from exc
+        ack = json.loads(reply.data)
+        if "error" in ack:
+            error = ack["error"]
+            if error.get("err_code") == 10054:
+                raise MessageTooLarge(f"The message is larger than queue '{name}' accepts (max_message_bytes).")
+            raise EnclaveError(f"The broker refused the message to queue '{name}': {error.get('description')}.")
+        return {"sequence": ack["seq"], "duplicate": bool(ack.get("duplicate"))}
+
+    async def receive(self, project: str, name: str, max_messages: int = 1, wait: float = 1.0) -> list[dict[str, Any]]:
+        """Take up to ``max_messages`` messages, waiting up to ``wait`` seconds for the first.
+        Each stays hidden for the visibility timeout unless deleted by its receipt."""
+        if not 1 <= max_messages <= MAX_RECEIVE:
+            raise SpecError(f"max must be an integer from 1 to {MAX_RECEIVE} (got {max_messages}).",
+                            errors=[{"field": "max", "message": f"must be an integer from 1 to {MAX_RECEIVE}"}])
+        if not 0 <= wait <= MAX_WAIT:
+            raise SpecError(f"wait must be a number of seconds from 0 to {MAX_WAIT:g} (got {wait}).",
+                            errors=[{"field": "wait", "message": f"must be a number from 0 to {MAX_WAIT:g}"}])
+        record = await self._live(project, name)
+        js = self.conn.queue_js(record.id)
+        try:
+            sub = await js.pull_subscribe_bind(CONSUMER, stream=stream_name(record.id))
+        except nats.errors.NoRespondersError:
+            raise Conflict(f"Queue '{name}' in project '{project}' is not ready yet.") from None
+        try:
+            msgs = await sub.fetch(max_messages, timeout=max(wait, 0.05))
+        except nats.errors.TimeoutError:
+            msgs = []
+        finally:
+            await sub.unsubscribe()
+        hidden_until = datetime.now(UTC) + timedelta(seconds=record.spec.visibility_timeout_seconds)
+        return [self._received(record, msg, hidden_until) for msg in msgs]
+
+    def _received(self, record: QueueRecord, msg: Any, hidden_until: datetime) -> dict[str, Any]:
+        meta = msg.metadata
+        receipt = self.master.seal(json.dumps({"r": msg.reply, "t": time.time()}).encode(), RECEIPT_PURPOSE, record.id)
+        out: dict[str, Any] = {
+            "receipt": receipt,
+            "sequence": meta.sequence.stream,
+            "receive_count": meta.num_delivered,
+            "sent_at": meta.timestamp.isoformat() if meta.timestamp else None,
+            "visible_again_at": hidden_until.isoformat(),
+            "content_type": (msg.headers or {}).get("Content-Type"),
+        }
+        try:
+            out["body"] = msg.data.decode()
+        except UnicodeDecodeError:
+            out["body"], out["body_base64"] = None, base64.b64encode(msg.data).decode()
+        return out
+
+    async def delete_message(self, project: str, name: str, receipt: str) -> None:
+        """Delete a received message by its receipt handle (acknowledge it to the broker)."""
+        record = await self._live(project, name)
+        try:
+            sealed = json.loads(self.master.unseal(receipt, RECEIPT_PURPOSE, record.id))
+        except (SealError, ValueError):
+            message = f"is not a receipt handle of queue '{name}' in project '{project}'"
+            raise SpecError(f"receipt {message}.", errors=[{"field": "receipt", "message": message}]) from None
+        try:
+            await self.conn.control.request(sealed["r"], b"+ACK", timeout=SEND_TIMEOUT)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise BrokerUnavailable(f"The broker did not confirm the delete on queue '{name}'.") from exc

@@ -1,0 +1,137 @@
+"""Settings of the control process and its clients, read from ``ENCLAVE_*`` environment variables.
+
+Server side (``enclave up``): where data lives, which ports to bind, how durable the broker is.
+Client side (CLI, SDK admin calls): where the API is and which token to present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from .errors import SpecError
+
+SyncMode = Literal["always", "interval"]
+
+DEFAULT_API_PORT = 7780
+DEFAULT_BROKER_PORT = 4222
+DEFAULT_INTERNAL_BROKER_URL = "nats://es-system-broker:4222"
+
+#: file names inside ENCLAVE_HOME
+ADMIN_TOKEN_FILE = "admin-token"
+MASTER_KEY_FILE = "master.key"
+RUNTIME_FILE = "enclave.json"  #: URLs and PID of the running `enclave up`, removed when it stops
+
+
+def default_home(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get("ENCLAVE_HOME") or Path.home() / ".enclave").expanduser()
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SpecError(f"{name} must be an integer from {low} to {high} (got {raw!r}).") from None
+    if not low <= value <= high:
+        raise SpecError(f"{name} must be an integer from {low} to {high} (got {value}).")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SpecError(f"{name} must be a number from {low} to {high} (got {raw!r}).") from None
+    if not low <= value <= high:
+        raise SpecError(f"{name} must be a number from {low} to {high} (got {value}).")
+    return value
+
+
+@dataclass(frozen=True)
+class EnclaveSettings:
+    """Everything ``enclave up`` needs. Build with ``from_env`` and override with ``replace``."""
+
+    home: Path
+    api_host: str = "127.0.0.1"
+    api_port: int = DEFAULT_API_PORT  #: 0 = any free port
+    broker_host: str = "127.0.0.1"
+    broker_port: int = DEFAULT_BROKER_PORT  #: 0 = any free port
+    sync: SyncMode = "always"
+    internal_broker_url: str = DEFAULT_INTERNAL_BROKER_URL
+    master_key: str | None = field(default=None, repr=False)
+    resync_seconds: float = 30.0  #: seconds between full reconciles (jittered ±20%)
+    account_pool: int = 4  #: ready-made broker accounts kept spare so a create needs no reload
+    log_level: str = "info"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> EnclaveSettings:
+        env = os.environ if env is None else env
+        sync = env.get("ENCLAVE_SYNC") or "always"
+        if sync not in ("always", "interval"):
+            raise SpecError(f"ENCLAVE_SYNC must be 'always' or 'interval' (got {sync!r}).")
+        settings = cls(
+            home=default_home(env),
+            api_host=env.get("ENCLAVE_API_HOST") or "127.0.0.1",
+            api_port=_int(env, "ENCLAVE_API_PORT", DEFAULT_API_PORT, 0, 65535),
+            broker_host=env.get("ENCLAVE_BROKER_HOST") or "127.0.0.1",
+            broker_port=_int(env, "ENCLAVE_BROKER_PORT", DEFAULT_BROKER_PORT, 0, 65535),
+            sync=sync,  # type: ignore[arg-type]
+            internal_broker_url=env.get("ENCLAVE_INTERNAL_BROKER_URL") or DEFAULT_INTERNAL_BROKER_URL,
+            master_key=env.get("ENCLAVE_MASTER_KEY") or None,
+            resync_seconds=_float(env, "ENCLAVE_RESYNC_SECONDS", 30.0, 0.2, 86400.0),
+            account_pool=_int(env, "ENCLAVE_ACCOUNT_POOL", 4, 0, 1000),
+            log_level=(env.get("ENCLAVE_LOG_LEVEL") or "info").lower(),
+        )
+        return replace(settings, **overrides) if overrides else settings  # type: ignore[arg-type]
+
+    @property
+    def broker_dir(self) -> Path:
+        return self.home / "broker"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "logs"
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Where the API is and which token to use: for the CLI and the SDK's admin half."""
+
+    url: str
+    token: str | None = field(default=None, repr=False)
+    project: str = "default"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ClientSettings:
+        """``ENCLAVE_URL``, else the running server's URL from ``ENCLAVE_HOME``, else port 7780;
+        ``ENCLAVE_TOKEN``, else the admin token file in ``ENCLAVE_HOME``."""
+        env = os.environ if env is None else env
+        home = default_home(env)
+        url = env.get("ENCLAVE_URL") or _running_api_url(home) or f"http://127.0.0.1:{DEFAULT_API_PORT}"
+        token = env.get("ENCLAVE_TOKEN") or _read_token(home / ADMIN_TOKEN_FILE)
+        return cls(url=url.rstrip("/"), token=token, project=env.get("ENCLAVE_PROJECT") or "default")
+
+
+def _running_api_url(home: Path) -> str | None:
+    try:
+        return json.loads((home / RUNTIME_FILE).read_text())["api_url"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _read_token(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None

@@ -1,0 +1,180 @@
+"""Queue specifications: what an operator declares, validated at the door.
+
+``QueueSpec`` is a whole declaration, ``QueuePatch`` a partial change of one, and ``Queue``
+the object the API returns (its keys are exactly the OpenTofu ``enclave_queue`` attributes).
+An invalid spec is refused when submitted with a sentence naming the field and its rule
+(``spec_error``), never discovered later as a broken queue.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+
+from .errors import SpecError
+
+#: the rule for every name-like field, as a user reads it
+NAME_RULE = "3–40 lowercase letters, digits or hyphens, starting with a letter"
+PROJECT_RULE = "1–40 lowercase letters, digits or hyphens, starting with a letter"
+
+QueueName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{2,39}$")]
+ProjectName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,39}$")]
+
+DEFAULT_PROJECT = "default"
+
+#: (minimum, default, maximum) of each numeric setting, the one table the fields are built from
+LIMITS: dict[str, tuple[int, int, int]] = {
+    "max_message_bytes": (1024, 262144, 1048576),
+    "max_receives": (0, 0, 1000),  # 0 = no limit
+    "retention_hours": (1, 96, 336),
+    "visibility_timeout_seconds": (1, 30, 43200),
+}
+
+#: the settings that can change on a live queue (name and project cannot)
+MUTABLE = ("dead_letter_queue", *LIMITS)
+
+
+def _bounded(field: str, *, default: bool = True) -> Any:
+    low, dflt, high = LIMITS[field]
+    return Field(dflt if default else None, ge=low, le=high)
+
+
+def rule(field: str) -> str:
+    """The rule a field's value must follow, as a phrase ('an integer from 1 to 336')."""
+    if field in LIMITS:
+        low, _, high = LIMITS[field]
+        return f"an integer from {low} to {high}"
+    if field == "project":
+        return PROJECT_RULE
+    if field in ("name", "dead_letter_queue"):
+        return NAME_RULE
+    return "valid"
+
+
+class QueueSpec(BaseModel):
+    """A whole queue declaration. Frozen: change a queue through ``QueuePatch``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: QueueName
+    project: ProjectName = DEFAULT_PROJECT
+    dead_letter_queue: Optional[QueueName] = None
+    max_message_bytes: int = _bounded("max_message_bytes")
+    max_receives: int = _bounded("max_receives")  #: 0 = no limit
+    retention_hours: int = _bounded("retention_hours")
+    visibility_timeout_seconds: int = _bounded("visibility_timeout_seconds")
+
+    @model_validator(mode="after")
+    def _not_its_own_dlq(self) -> QueueSpec:
+        if self.dead_letter_queue == self.name:
+            raise ValueError("dead_letter_queue must name another queue, not the queue itself")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The state key of this queue: ``<project>.<name>``."""
+        return queue_key(self.project, self.name)
+
+    def settings(self) -> dict[str, Any]:
+        """The mutable settings as a dict."""
+        return {field: getattr(self, field) for field in MUTABLE}
+
+
+class QueuePatch(BaseModel):
+    """A partial change: only the fields given are changed; ``dead_letter_queue: null`` removes it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dead_letter_queue: Optional[QueueName] = None
+    max_message_bytes: Optional[int] = _bounded("max_message_bytes", default=False)
+    max_receives: Optional[int] = _bounded("max_receives", default=False)
+    retention_hours: Optional[int] = _bounded("retention_hours", default=False)
+    visibility_timeout_seconds: Optional[int] = _bounded("visibility_timeout_seconds", default=False)
+
+    def apply(self, spec: QueueSpec) -> QueueSpec:
+        """Return ``spec`` with this patch applied; raises SpecError if the result is invalid."""
+        changes = {field: getattr(self, field) for field in self.model_fields_set}
+        for field, value in changes.items():
+            if value is None and field != "dead_letter_queue":
+                raise SpecError(f"{field} cannot be null; it must be {rule(field)}.",
+                                errors=[{"field": field, "message": f"must be {rule(field)}"}])
+        return parse_spec({**spec.model_dump(), **changes})
+
+
+class Queue(BaseModel):
+    """A queue as the API returns it: its spec plus its outputs (the OpenTofu attributes)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    project: str
+    dead_letter_queue: Optional[str]
+    max_message_bytes: int
+    max_receives: int
+    retention_hours: int
+    visibility_timeout_seconds: int
+    username: str
+    password_secret: str
+    subject: str
+    broker_url: str
+    internal_broker_url: str
+
+
+def queue_key(project: str, name: str) -> str:
+    return f"{project}.{name}"
+
+
+def password_secret_name(name: str) -> str:
+    """The managed secret that holds a queue's password."""
+    return f"{name}-password"
+
+
+def subject_for(project: str, name: str) -> str:
+    """The subject apps publish to."""
+    return f"queue.{project}.{name}"
+
+
+def _field_message(error: dict[str, Any]) -> tuple[str, str]:
+    loc = [str(part) for part in error.get("loc", ()) if part not in ("body",)]
+    field = ".".join(loc) or "body"
+    kind = error.get("type", "")
+    given = error.get("input")
+    if kind == "missing":
+        return field, "is required"
+    if kind == "extra_forbidden":
+        return field, "is not a queue setting"
+    if kind == "value_error" and field == "body":
+        # a model-level rule, whose message starts with the field it is about
+        field, _, message = str(error["ctx"]["error"]).partition(" ")
+        return field, message
+    if rule(field) == "valid":
+        return field, f"is not valid: {str(error.get('msg', '')).lower()} (got {given!r})"
+    return field, f"must be {rule(field)} (got {given!r})"
+
+
+def spec_error(exc: ValidationError | list[dict[str, Any]]) -> SpecError:
+    """Turn a pydantic validation failure into one SpecError naming every bad field and its rule."""
+    raw = exc.errors() if isinstance(exc, ValidationError) else exc
+    errors = []
+    for item in raw:
+        field, message = _field_message(item)
+        errors.append({"field": field, "message": message})
+    return SpecError("; ".join(f"{e['field']} {e['message']}" for e in errors) + ".", errors=errors)
+
+
+def parse_spec(data: dict[str, Any]) -> QueueSpec:
+    """Validate a whole declaration; raises SpecError."""
+    try:
+        return QueueSpec.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error(exc) from exc
+
+
+def parse_patch(data: dict[str, Any]) -> QueuePatch:
+    """Validate a partial change; raises SpecError."""
+    try:
+        return QueuePatch.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error(exc) from exc

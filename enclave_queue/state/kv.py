@@ -1,0 +1,135 @@
+"""The state store: JetStream KV buckets in the control plane's account on the same broker.
+
+=================  =======================  ==========================================
+bucket             key                      value
+=================  =======================  ==========================================
+enclave-queues     ``<project>.<name>``     QueueRecord (the desired state)
+enclave-status     ``<project>.<name>``     QueueStatus (what the reconciler observed)
+enclave-accounts   ``<queue id>``           AccountRecord (sealed password, bcrypt hash)
+enclave-tokens     sha256 of the token      TokenRecord
+=================  =======================  ==========================================
+
+Desired state and status are separate buckets so the API and the reconciler never overwrite
+each other's writes. Writes that must not race use the entry's revision (compare-and-set).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Generic, Optional, TypeVar
+
+import nats.errors
+import nats.js.errors
+from nats.js import api
+from nats.js.client import JetStreamContext
+from nats.js.kv import KeyValue
+from pydantic import BaseModel
+
+from ..errors import BrokerUnavailable, Conflict
+from .records import AccountRecord, QueueRecord, QueueStatus, TokenRecord
+
+R = TypeVar("R", bound=BaseModel)
+
+#: seconds a state operation may take before the broker counts as unavailable
+OP_TIMEOUT = 5.0
+
+
+class Bucket(Generic[R]):
+    """One KV bucket of one record type, with JSON encoding and compare-and-set."""
+
+    def __init__(self, kv: KeyValue, model: type[R]) -> None:
+        self._kv = kv
+        self._model = model
+
+    async def get(self, key: str) -> Optional[tuple[R, int]]:
+        """The record and its revision, or None."""
+        try:
+            entry = await self._kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return self._model.model_validate_json(entry.value or b""), entry.revision
+
+    async def create(self, key: str, record: R) -> int:
+        """Store a new record; Conflict if the key exists."""
+        try:
+            return await self._kv.create(key, record.model_dump_json().encode())
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            raise Conflict(f"{key} already exists.") from exc
+
+    async def update(self, key: str, record: R, revision: int) -> int:
+        """Replace the record if it is still at ``revision``; Conflict otherwise."""
+        try:
+            return await self._kv.update(key, record.model_dump_json().encode(), last=revision)
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            raise Conflict(f"{key} changed while it was being updated.") from exc
+
+    async def put(self, key: str, record: R) -> int:
+        return await self._kv.put(key, record.model_dump_json().encode())
+
+    async def delete(self, key: str) -> None:
+        await self._kv.purge(key)
+
+    async def items(self, pattern: str = ">") -> list[tuple[str, R, int]]:
+        """Every (key, record, revision) whose key matches ``pattern`` (a NATS subject pattern)."""
+        watcher = await self._kv.watch(pattern, ignore_deletes=True)
+        items: list[tuple[str, R, int]] = []
+        try:
+            while True:
+                entry = await watcher.updates(timeout=OP_TIMEOUT)
+                if entry is None:
+                    break
+                if entry.value:
+                    items.append((entry.key, self._model.model_validate_json(entry.value), entry.revision))
+        except nats.errors.TimeoutError as exc:
+            raise BrokerUnavailable("The state store did not answer in time.") from exc
+        finally:
+            await watcher.stop()
+        return items
+
+    async def watch_keys(self) -> AsyncIterator[str]:
+        """Keys as they change, from now on (deletes included)."""
+        watcher = await self._kv.watch(">", meta_only=True)
+        try:
+            async for entry in watcher:
+                if entry is not None:
+                    yield entry.key
+        finally:
+            await watcher.stop()
+
+
+class Store:
+    """The four buckets, opened (and created on first start) on the control account's JetStream."""
+
+    def __init__(self, queues: Bucket[QueueRecord], status: Bucket[QueueStatus],
+                 accounts: Bucket[AccountRecord], tokens: Bucket[TokenRecord]) -> None:
+        self.queues = queues
+        self.status = status
+        self.accounts = accounts
+        self.tokens = tokens
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, *, attempts: int = 100) -> Store:
+        """Open or create the buckets; retries while JetStream is still starting."""
+        for attempt in range(attempts):
+            try:
+                return cls(
+                    Bucket(await _bucket(js, "enclave-queues", history=5), QueueRecord),
+                    Bucket(await _bucket(js, "enclave-status"), QueueStatus),
+                    Bucket(await _bucket(js, "enclave-accounts"), AccountRecord),
+                    Bucket(await _bucket(js, "enclave-tokens"), TokenRecord),
+                )
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
+                if attempt == attempts - 1:
+                    raise BrokerUnavailable("JetStream did not become ready to hold the state store.") from None
+                await asyncio.sleep(0.1)
+        raise AssertionError("unreachable")
+
+
+async def _bucket(js: JetStreamContext, name: str, history: int = 1) -> KeyValue:
+    try:
+        return await js.key_value(name)
+    except nats.js.errors.BucketNotFoundError:
+        return await js.create_key_value(
+            api.KeyValueConfig(bucket=name, history=history, storage=api.StorageType.FILE, direct=True)
+        )

