@@ -8,8 +8,8 @@ import os
 import sys
 import traceback
 
-import click
 import typer
+from typer.exceptions import Abort, Exit, TyperException
 
 from enclave_queue.errors import EnclaveError
 
@@ -33,11 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         return result if isinstance(result, int) else 0
     except EnclaveError as exc:
         return _fail(str(exc), exc.exit_code, exc)
-    except click.exceptions.Abort:
+    except Abort:
         return _fail("aborted.", 1, None)
-    except click.ClickException as exc:
+    except TyperException as exc:  # usage errors: a bad option value, a missing argument
         return _fail(exc.format_message(), exc.exit_code, exc)
-    except click.exceptions.Exit as exc:
+    except Exit as exc:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-out = Console(highlight=False, soft_wrap=True)
+#: piped output is never cut to a terminal's width
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 1000)
 err = Console(stderr=True, highlight=False)
 
-QUEUE_COLUMNS = ("name", "project", "visibility_timeout_seconds", "max_receives", "retention_hours",
-                 "max_message_bytes", "dead_letter_queue")
+#: the list's columns: field -> header
+QUEUE_COLUMNS = {
+    "name": "NAME",
+    "visibility_timeout_seconds": "VISIBILITY (S)",
+    "max_receives": "MAX RECEIVES",
+    "retention_hours": "RETENTION (H)",
+    "max_message_bytes": "MAX BYTES",
+    "dead_letter_queue": "DEAD-LETTER QUEUE",
+}
 
 
 def print_json(data: Any) -> None:
@@ -33,8 +42,9 @@ def show_object(data: dict[str, Any], *, as_json: bool = False) -> None:
     out.print(table)
 
 
-def show_list(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], *, as_json: bool = False,
+def show_list(rows: Iterable[dict[str, Any]], columns: dict[str, str], *, as_json: bool = False,
               empty: str = "Nothing here.") -> None:
+    """Rows as a table with ``columns`` (field -> header), or as a JSON array."""
     rows = list(rows)
     if as_json:
         print_json(rows)
@@ -42,7 +52,7 @@ def show_list(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], *, as_js
     if not rows:
         err.print(empty)
         return
-    table = Table(*columns, box=None, pad_edge=False, header_style="bold")
+    table = Table(*columns.values(), box=None, pad_edge=False, header_style="bold")
     for row in rows:
         table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
     out.print(table)

@@ -86,7 +86,8 @@ def status(name: Name, project: Project = None, json: Json = False) -> None:
         print_json(data)
         return
     show_object({k: data[k] for k in ("state", "message", "generation", "observed_generation")})
-    show_list(data["conditions"], ("type", "status", "reason", "message", "last_transition_time"))
+    show_list(data["conditions"], {"type": "CONDITION", "status": "STATUS", "reason": "REASON", "message": "MESSAGE",
+                                   "last_transition_time": "SINCE"})
 
 
 @app.command()

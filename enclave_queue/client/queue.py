@@ -151,6 +151,14 @@ class Queue:
     def _denied(self, text: str) -> None:
         self._fail_all(PermissionDenied(f"The broker refused this queue's user: {text}."))
 
+    def _revoked(self) -> None:
+        """The broker no longer accepts these credentials (queue deleted, password changed):
+        stop reconnecting and fail everything with Unauthorized."""
+        self._fail_all(Unauthorized(f"The broker refused user '{self.credentials.username}'; "
+                                    "the queue was deleted or its credentials changed."))
+        if not self._nc.is_closed:
+            asyncio.get_running_loop().create_task(self._nc.close())
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("Client is closed.")
@@ -329,12 +337,19 @@ class Queue:
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def close(self) -> None:
+        """Close the connection; messages still leased come back after their visibility timeout."""
         if self._closed:
             return
         self._closed = True
         self._fail_all(RuntimeError("Client is closed."))
+        if self._nc.is_connected:
+            try:
+                await asyncio.wait_for(self._nc.drain(), DEFAULT_TIMEOUT)
+                return
+            except (asyncio.TimeoutError, nats.errors.Error):
+                pass
         if not self._nc.is_closed:
-            await self._nc.drain()
+            await self._nc.close()
 
     async def __aenter__(self) -> Queue:
         return self
@@ -386,6 +401,8 @@ async def _connect(credentials: Credentials | dict[str, Any] | None, *, name: st
         lowered = text.lower()
         if "authorization violation" in lowered or "authentication" in lowered:
             refused.append(text)
+            if queue is not None:
+                queue._revoked()
         elif "permissions violation" in lowered and queue is not None:
             queue._denied(text.removeprefix("nats: ").strip())
 

@@ -25,7 +25,7 @@ import nats.js.errors
 
 from ..auth.users import CONSUMER, stream_name
 from ..broker.connection import BrokerConnection
-from ..errors import EnclaveError
+from ..errors import BrokerUnavailable, EnclaveError
 from ..state.kv import Store
 from ..state.records import QueueRecord, QueueStatus, State
 from . import mapping
@@ -33,8 +33,12 @@ from .accounts import Accounts
 
 log = logging.getLogger("enclave.controller")
 
-RETRY_DELAYS = (0.5, 1, 2, 5, 10, 30)  #: seconds before retrying a failed reconcile
+RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)  #: seconds before retrying a failed reconcile
 PARALLEL = 32  #: queues reconciled at the same time
+#: a broker that is starting, reloading or reconnecting: worth a quick retry, not an Errored status
+TEMPORARY = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError,
+             nats.errors.ConnectionReconnectingError, nats.js.errors.ServiceUnavailableError, BrokerUnavailable)
+PATIENCE = 8  #: temporary failures in a row (about 4 s) before the status says Errored
 
 
 class PermanentError(EnclaveError):
@@ -134,13 +138,19 @@ class Reconciler:
             self.errors += 1
             failures = self._failures[key] = self._failures.get(key, 0) + 1
             text = str(exc) or type(exc).__name__
-            if not isinstance(exc, EnclaveError):
+            if isinstance(exc, TEMPORARY):
+                log.info("reconcile of %s will be retried: %r", key, exc)
+            elif not isinstance(exc, EnclaveError):
                 log.exception("reconcile of %s failed", key)
             else:
                 log.warning("reconcile of %s failed: %s", key, text)
             if record is not None:
                 with contextlib.suppress(Exception):
-                    state: State = "Deleting" if record.deleting else "Errored"
+                    state: State = "Errored"
+                    if record.deleting:
+                        state = "Deleting"
+                    elif isinstance(exc, TEMPORARY) and failures < PATIENCE:
+                        state, text = "Reconciling", f"Waiting for the broker: {text}"
                     await self._set_status(record, state, text, type(exc).__name__)
             delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS)) - 1]
             self._retry_later(key, delay)

@@ -1,0 +1,395 @@
+"""Benchmarks of Enclave Queues against raw NATS JetStream, on real components only.
+
+Every figure is reported next to a baseline measured in the same run on the same machine, as a
+ratio. ``python -m bench`` runs them all; ``python -m bench.<name>`` runs one; ``--quick`` uses
+smaller counts (a smoke run, not numbers to quote). Results are printed as a table and merged
+into ``bench/results/latest.json`` (one entry per benchmark, each stamped with its own run).
+
+This module holds what the benchmarks share: stacks that are always stopped, raw nats-py
+publishers, the report rows and their table, and the JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Optional
+
+import nats
+
+from enclave_queue.testing import EnclaveStack, NatsServer
+
+ROOT = Path(__file__).resolve().parent
+RESULTS_DIR = ROOT / "results"
+RESULTS_FILE = RESULTS_DIR / "latest.json"
+PROJECT = "bench"
+BODY = b"x" * 256  #: every benchmark message: 256 bytes
+#: the product's default resync period (the test harness uses 1 s, which would make 1000 queues
+#: reconcile every second and turn the create benchmark into a resync benchmark)
+STACK_ENV = {"ENCLAVE_RESYNC_SECONDS": "30", "ENCLAVE_LOG_LEVEL": "warning"}
+
+#: PIDs of every broker the benchmarks started; checked at the end of a run
+STARTED_BROKERS: list[int] = []
+
+
+# -- results ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    case: str
+    value: float
+    unit: str
+    baseline: Optional[float] = None
+    baseline_case: str = ""
+    ratio: Optional[float] = None
+    target: str = ""
+    met: Optional[bool] = None
+    note: str = ""
+
+
+@dataclass
+class Report:
+    """The rows of one benchmark and what it measured them on."""
+
+    name: str
+    quick: bool
+    rows: list[Row] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    started: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    seconds: float = 0.0
+
+    def add(self, case: str, value: float, unit: str, *, baseline: Optional[float] = None, baseline_case: str = "",
+            target: str = "", note: str = "") -> Row:
+        """A row; with a baseline its ratio is value / baseline. ``target`` is ``ratio >= x``,
+        ``ratio <= x``, ``value >= x`` or ``value <= x`` and is checked here."""
+        ratio = value / baseline if baseline else None
+        row = Row(case, value, unit, baseline, baseline_case, ratio, target, _check(target, value, ratio), note)
+        self.rows.append(row)
+        return row
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "quick": self.quick, "started": self.started, "seconds": round(self.seconds, 1),
+                "machine": machine(), "info": self.info, "rows": [asdict(r) for r in self.rows]}
+
+
+def _check(target: str, value: float, ratio: Optional[float]) -> Optional[bool]:
+    if not target:
+        return None
+    what, op, limit = target.split()
+    subject = ratio if what == "ratio" else value
+    if subject is None:
+        return None
+    return subject >= float(limit) if op == ">=" else subject <= float(limit)
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {"cpus": os.cpu_count(), "cpu": model, "python": platform.python_version(),
+            "kernel": platform.release(), "nats_server": nats_server_version()}
+
+
+def nats_server_version() -> str:
+    from enclave_queue.broker.supervisor import nats_server_binary
+
+    try:
+        return subprocess.run([str(nats_server_binary()), "--version"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def fmt(value: Optional[float], unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if unit == "msgs/s":
+        return f"{value / 1000:.1f}k/s" if value >= 1000 else f"{value:.0f}/s"
+    if unit == "ms":
+        return f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"
+    if unit == "MiB":
+        return f"{value:.0f} MiB"
+    return f"{value:.3g} {unit}".strip()
+
+
+def table(reports: list[Report]) -> str:
+    header = ("benchmark", "case", "value", "baseline", "ratio", "target", "met")
+    lines = [header]
+    for report in reports:
+        for r in report.rows:
+            met = "" if r.met is None else ("yes" if r.met else "NO")
+            lines.append((report.name, r.case, fmt(r.value, r.unit), fmt(r.baseline, r.unit),
+                          f"{r.ratio:.2f}x" if r.ratio is not None else "-", r.target, met))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    notes = [f"  [{report.name}] {r.case}: {r.note}" for report in reports for r in report.rows if r.note]
+    return "\n".join(out + (["", "notes:", *notes] if notes else []))
+
+
+def save(reports: list[Report]) -> Path:
+    """Merge these reports into results/latest.json (replacing earlier entries of the same name)."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    try:
+        data = json.loads(RESULTS_FILE.read_text())
+    except (OSError, ValueError):
+        data = {}
+    benchmarks = data.get("benchmarks", {})
+    for report in reports:
+        benchmarks[report.name] = report.as_dict()
+    data = {"updated": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
+            "benchmarks": benchmarks}
+    RESULTS_FILE.write_text(json.dumps(data, indent=2) + "\n")
+    return RESULTS_FILE
+
+
+# -- processes ----------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def enclave_stack(env: Optional[dict[str, str]] = None, home: Optional[Path] = None) -> Iterator[EnclaveStack]:
+    """A whole ``enclave up`` on free 127.0.0.1 ports, stopped (broker included) however the block
+    ends. Without ``home`` it runs in a temporary directory that is removed afterwards."""
+    tmp = None if home is not None else Path(tempfile.mkdtemp(prefix="enclave-bench-"))
+    try:
+        stack = EnclaveStack.start(home or tmp / "home", env={**STACK_ENV, **(env or {})})  # type: ignore[operator]
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if stack.broker_pid:
+        STARTED_BROKERS.append(stack.broker_pid)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def plain_nats(sync: str = "always") -> Iterator[NatsServer]:
+    """A plain nats-server with JetStream (no Enclave), stopped however the block ends. With
+    ``sync="always"`` it fsyncs before every ack, as a default Enclave stack's broker does (the
+    jetstream block given here replaces the default one, so it names the store again)."""
+    tmp = Path(tempfile.mkdtemp(prefix="nats-bench-"))
+    store = tmp / "nats"
+    extra = f'jetstream {{ store_dir: "{store / "js"}", sync_interval: always }}' if sync == "always" else ""
+    server = NatsServer.start(store, config=extra)
+    STARTED_BROKERS.append(server.pid)
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def leftover_brokers() -> list[int]:
+    """Brokers this process started that are still alive (should be none)."""
+    alive = []
+    for pid in STARTED_BROKERS:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            pass
+        # a zombie is gone for our purposes
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+                continue
+        alive.append(pid)
+    return alive
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process, from /proc/<pid>/status (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(pids: list[int], *, busy: float = 0.15, window: float = 0.5, timeout: float = 60.0) -> float:
+    """Wait until these processes together use less than ``busy`` of one core over ``window``
+    seconds (background reconciles and reloads done); returns the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        before = sum(cpu_seconds(p) for p in pids)
+        time.sleep(window)
+        if (sum(cpu_seconds(p) for p in pids) - before) / window < busy:
+            break
+    return time.monotonic() - started
+
+
+# -- raw nats-py clients ------------------------------------------------------------------------------
+
+
+async def raw_connect(creds: dict[str, str]) -> Any:
+    """A plain nats-py connection as the queue's own user (what any NATS client would do)."""
+    return await nats.connect(creds["broker_url"], user=creds["username"], password=creds["password"],
+                              inbox_prefix=creds["inbox_prefix"], pending_size=64 * 1024 * 1024,
+                              allow_reconnect=False)
+
+
+async def raw_pipelined(creds: dict[str, str], count: int, *, window: int = 5000, nc: Any = None) -> float:
+    """Publish ``count`` messages with replies to one wildcard subscription, at most ``window``
+    without a PubAck; returns the seconds until the last PubAck. Raises if any was refused."""
+    own = nc is None
+    nc = nc or await raw_connect(creds)
+    prefix = creds["inbox_prefix"]
+    acked = refused = 0
+    room = asyncio.Event()
+    done = asyncio.Event()
+
+    async def on_ack(msg: Any) -> None:
+        nonlocal acked, refused
+        acked += 1
+        if b'"seq"' not in msg.data:
+            refused += 1
+        room.set()
+        if acked == count:
+            done.set()
+
+    sub = await nc.subscribe(f"{prefix}.bench.*", cb=on_ack)
+    try:
+        await nc.flush()
+        subject = creds["subject"]
+        started = time.perf_counter()
+        for i in range(count):
+            while i - acked >= window:
+                room.clear()
+                await asyncio.wait_for(room.wait(), 30)
+            await nc.publish(subject, BODY, reply=f"{prefix}.bench.{i}")
+        await asyncio.wait_for(done.wait(), 60)
+        elapsed = time.perf_counter() - started
+    finally:
+        await sub.unsubscribe()
+        if own:
+            await nc.close()
+    if refused:
+        raise RuntimeError(f"{refused} of {count} raw publishes were refused")
+    return elapsed
+
+
+async def raw_sequential(creds: dict[str, str], count: int) -> float:
+    """``await js.publish()`` one at a time; returns the seconds."""
+    nc = await raw_connect(creds)
+    try:
+        js = nc.jetstream()
+        started = time.perf_counter()
+        for _ in range(count):
+            await js.publish(creds["subject"], BODY)
+        return time.perf_counter() - started
+    finally:
+        await nc.close()
+
+
+# -- queues -------------------------------------------------------------------------------------------
+
+
+def new_queue(stack: EnclaveStack, name: str, project: str = PROJECT, **settings: Any) -> dict[str, str]:
+    """Create a queue through the admin API, wait until it is Ready, return its credentials."""
+    with stack.admin() as admin:
+        admin.create_queue(project, {"name": name, **settings})
+        wait_ready(admin, project, name)
+        return admin.credentials(project, name)
+
+
+def wait_ready(admin: Any, project: str, name: str, *, timeout: float = 120.0, poll: float = 0.05) -> int:
+    """Poll until the queue is Ready. Unlike AdminClient.wait_ready, an ``Errored`` state is
+    waited through (the reconciler retries it); returns how many Errored readings were seen."""
+    deadline = time.monotonic() + timeout
+    errored = 0
+    while True:
+        status = admin.queue_status(project, name)
+        if status["observed_generation"] >= status["generation"]:
+            if status["state"] == "Ready":
+                return errored
+            if status["state"] == "Errored":
+                errored += 1
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"queue {project}/{name} not Ready after {timeout:g} s: {status['message']}")
+        time.sleep(poll)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0–100), linear between closest ranks."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = (len(ordered) - 1) * q / 100
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+# -- command line -------------------------------------------------------------------------------------
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="smaller counts: a smoke run, not numbers to quote")
+    parser.add_argument("--no-save", action="store_true", help="do not update bench/results/latest.json")
+    return parser.parse_args()
+
+
+def finish(reports: list[Report], *, save_results: bool = True) -> int:
+    """Print the table, save the JSON, check that no broker this run started is still alive."""
+    print()
+    print(table(reports))
+    if save_results:
+        print(f"\nresults: {save(reports).relative_to(ROOT.parent)}")
+    left = leftover_brokers()
+    if left:
+        print(f"\nWARNING: brokers still running: {left}")
+        return 1
+    return 0
+
+
+def main(run: Callable[[bool], list[Report]], description: str) -> None:
+    """Entry point of ``python -m bench.<name>``."""
+    args = parse_args(description)
+    started = time.perf_counter()
+    reports = run(args.quick)
+    print(f"\n{description}: {time.perf_counter() - started:.0f} s")
+    raise SystemExit(finish(reports, save_results=not args.no_save))
+
+
+def timed(report: Report, fn: Callable[[], Any]) -> Any:
+    started = time.perf_counter()
+    try:
+        return fn()
+    finally:
+        report.seconds = time.perf_counter() - started
+
+
+def say(text: str) -> None:
+    """Progress on stdout, flushed (the runs are long)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)

@@ -1,0 +1,83 @@
+"""Send: the SDK's ``send_batch`` and ``send`` against raw nats-py publishing on the same queue.
+
+Baselines (same queue, same machine, same run):
+- pipelined: ``nc.publish(subject, body, reply=<inbox>.bench.<i>)`` with one wildcard
+  subscription counting PubAcks, at most 5000 unacknowledged;
+- sequential: ``await js.publish()`` one at a time.
+
+Both run on a default stack (``ENCLAVE_SYNC=always``: an fsync before every PubAck), where the
+disk sets the pace, and again on an ``ENCLAVE_SYNC=interval`` stack, where the client does:
+that second pair is what shows the SDK's own overhead. Rounds alternate raw and SDK; the best
+round of each counts. Target: SDK ``send_batch`` >= 1.0x raw pipelined (on the default stack).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from enclave_queue.client import connect
+
+from . import BODY, Report, enclave_stack, main, new_queue, raw_pipelined, raw_sequential, say
+
+NAME = "send"
+
+
+async def sdk_batch(queue: Any, count: int) -> float:
+    started = time.perf_counter()
+    stored = await queue.send_batch([BODY] * count)
+    elapsed = time.perf_counter() - started
+    if stored != count:
+        raise RuntimeError(f"send_batch stored {stored} of {count}")
+    return elapsed
+
+
+async def sdk_sequential(queue: Any, count: int) -> float:
+    started = time.perf_counter()
+    for _ in range(count):
+        await queue.send(BODY)
+    return time.perf_counter() - started
+
+
+async def measure(creds: dict[str, str], batch: int, single: int, rounds: int) -> dict[str, float]:
+    """Best msgs/s of each path over ``rounds`` alternating rounds."""
+    best = {"raw_pipelined": 0.0, "sdk_batch": 0.0, "raw_sequential": 0.0, "sdk_sequential": 0.0}
+    async with connect(creds) as queue:
+        await raw_pipelined(creds, min(batch, 2000))  # warm-up: connections, stream files
+        await sdk_batch(queue, min(batch, 2000))
+        for _ in range(rounds):
+            best["raw_pipelined"] = max(best["raw_pipelined"], batch / await raw_pipelined(creds, batch))
+            best["sdk_batch"] = max(best["sdk_batch"], batch / await sdk_batch(queue, batch))
+            best["raw_sequential"] = max(best["raw_sequential"], single / await raw_sequential(creds, single))
+            best["sdk_sequential"] = max(best["sdk_sequential"], single / await sdk_sequential(queue, single))
+    return best
+
+
+def run(quick: bool) -> list[Report]:
+    report = Report(NAME, quick)
+    started = time.perf_counter()
+    plans = {
+        # sync mode: (messages per pipelined run, messages per sequential run, rounds)
+        "always": (4000, 200, 1) if quick else (20000, 1000, 2),
+        "interval": (10000, 500, 1) if quick else (50000, 2000, 3),
+    }
+    report.info.update({"body_bytes": len(BODY), "window_raw": 5000, "window_sdk": "SEND_WINDOW (SDK default)",
+                        "plans": {k: {"pipelined": b, "sequential": s, "rounds": r} for k, (b, s, r) in plans.items()}})
+    for sync, (batch, single, rounds) in plans.items():
+        say(f"send: stack ENCLAVE_SYNC={sync}, {batch} pipelined / {single} sequential, {rounds} round(s)")
+        with enclave_stack({"ENCLAVE_SYNC": sync}) as stack:
+            creds = new_queue(stack, f"send-{sync}")
+            best = asyncio.run(measure(creds, batch, single, rounds))
+        report.info[f"msgs_per_s_{sync}"] = best
+        target = "ratio >= 1.0" if sync == "always" else ""
+        report.add(f"sync={sync}: SDK send_batch vs raw pipelined", best["sdk_batch"], "msgs/s",
+                   baseline=best["raw_pipelined"], baseline_case="raw nc.publish + reply, window 5000", target=target)
+        report.add(f"sync={sync}: SDK send vs await js.publish", best["sdk_sequential"], "msgs/s",
+                   baseline=best["raw_sequential"], baseline_case="await js.publish() one at a time")
+    report.seconds = time.perf_counter() - started
+    return [report]
+
+
+if __name__ == "__main__":
+    main(run, "bench.send")

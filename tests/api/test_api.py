@@ -1,0 +1,160 @@
+"""The HTTP API: tokens on every route but /healthz, JSON problems that name the field, and
+nothing half-created after a refused request."""
+
+import httpx
+import pytest
+
+from enclave_queue.spec import LIMITS
+from tests.helpers import make_queue
+
+ROUTES = [
+    ("GET", "/v1/projects/default/queues"),
+    ("POST", "/v1/projects/default/queues"),
+    ("GET", "/v1/projects/default/queues/emails"),
+    ("PATCH", "/v1/projects/default/queues/emails"),
+    ("DELETE", "/v1/projects/default/queues/emails"),
+    ("GET", "/v1/projects/default/queues/emails/status"),
+    ("GET", "/v1/projects/default/queues/emails/credentials"),
+    ("GET", "/v1/projects/default/secrets/emails-password"),
+    ("POST", "/v1/projects/default/queues/emails/messages"),
+    ("POST", "/v1/projects/default/queues/emails/messages/receive"),
+    ("DELETE", "/v1/projects/default/queues/emails/messages/receipt"),
+]
+
+
+@pytest.fixture
+def http(stack):
+    with httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}) as client:
+        yield client
+
+
+def test_healthz_needs_no_token(stack):
+    response = httpx.get(stack.api_url + "/healthz")
+    assert response.status_code == 200 and response.json()["status"] == "ok"
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+@pytest.mark.parametrize("token", [None, "enq_wrong", "Basic abc"], ids=["missing", "wrong", "not-bearer"])
+def test_every_other_route_needs_a_valid_token(stack, method, path, token):
+    headers = {} if token is None else {"Authorization": token if " " in token else f"Bearer {token}"}
+    response = httpx.request(method, stack.api_url + path, headers=headers, json={})
+    assert response.status_code == 401
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert response.json()["status"] == 401
+
+
+def problem(response, status):
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == status and body["title"] and body["detail"]
+    return body
+
+
+def names(http):
+    return {q["name"] for q in http.get("/v1/projects/default/queues").json()}
+
+
+@pytest.mark.parametrize("field", sorted(LIMITS))
+def test_each_setting_just_outside_its_range_is_a_422_naming_it_and_creates_nothing(http, unique_name, field):
+    low, _, high = LIMITS[field]
+    for value in (low - 1, high + 1):
+        body = problem(http.post("/v1/projects/default/queues", json={"name": unique_name, field: value}), 422)
+        assert body["detail"] == f"{field} must be an integer from {low} to {high} (got {value})."
+        assert body["errors"] == [{"field": field, "message": f"must be an integer from {low} to {high} (got {value})"}]
+    assert unique_name not in names(http)
+
+
+def test_bad_name_taken_name_and_dead_letter_queue_rules(stack, http, unique_name):
+    body = problem(http.post("/v1/projects/default/queues", json={"name": "Bad_Name"}), 422)
+    assert body["errors"][0]["field"] == "name"
+    make_queue(stack, unique_name)
+    body = problem(http.post("/v1/projects/default/queues", json={"name": unique_name}), 409)
+    assert body["detail"] == f"Queue '{unique_name}' already exists in project 'default'."
+    body = problem(http.post("/v1/projects/default/queues",
+                             json={"name": f"{unique_name}-x", "dead_letter_queue": "no-such-queue"}), 422)
+    assert body["errors"] == [{"field": "dead_letter_queue",
+                               "message": "names queue 'no-such-queue', which does not exist in project 'default'"}]
+    body = problem(http.post("/v1/projects/default/queues",
+                             json={"name": f"{unique_name}-y", "dead_letter_queue": f"{unique_name}-y"}), 422)
+    assert body["errors"][0]["field"] == "dead_letter_queue"
+    # a DLQ in another project does not count
+    body = problem(http.post("/v1/projects/other/queues",
+                             json={"name": f"{unique_name}-z", "dead_letter_queue": unique_name}), 422)
+    assert "does not exist in project 'other'" in body["detail"]
+    assert {f"{unique_name}-x", f"{unique_name}-y"}.isdisjoint(names(http))
+
+
+def test_a_queue_used_as_a_dead_letter_queue_cannot_be_deleted(stack, http, unique_name):
+    make_queue(stack, f"{unique_name}-dlq")
+    make_queue(stack, unique_name, dead_letter_queue=f"{unique_name}-dlq")
+    body = problem(http.delete(f"/v1/projects/default/queues/{unique_name}-dlq"), 409)
+    assert f"dead-letter queue of queue '{unique_name}'" in body["detail"]
+    assert http.patch(f"/v1/projects/default/queues/{unique_name}", json={"dead_letter_queue": None}).status_code == 200
+    assert http.delete(f"/v1/projects/default/queues/{unique_name}-dlq").status_code == 202
+
+
+def test_unknown_queue_and_secret_are_404(http):
+    body = problem(http.get("/v1/projects/default/queues/no-such-queue"), 404)
+    assert body["detail"] == "Queue 'no-such-queue' does not exist in project 'default'."
+    problem(http.get("/v1/projects/default/secrets/no-such-queue-password"), 404)
+    problem(http.get("/v1/projects/default/secrets/anything"), 404)
+    problem(http.get("/v1/nowhere"), 404)
+
+
+def test_patch_refuses_renames_and_bad_values(stack, http, unique_name):
+    make_queue(stack, unique_name)
+    body = problem(http.patch(f"/v1/projects/default/queues/{unique_name}", json={"name": "other"}), 422)
+    assert body["detail"] == "name cannot be changed; create a new queue instead."
+    problem(http.patch(f"/v1/projects/default/queues/{unique_name}", json={"retention_hours": 337}), 422)
+    assert http.get(f"/v1/projects/default/queues/{unique_name}").json()["retention_hours"] == 96
+
+
+def test_queue_object_keys_are_exactly_the_opentofu_attributes(stack, http, unique_name):
+    make_queue(stack, unique_name)
+    queue = http.get(f"/v1/projects/default/queues/{unique_name}").json()
+    assert set(queue) == {"broker_url", "dead_letter_queue", "id", "internal_broker_url", "max_message_bytes",
+                          "max_receives", "name", "password_secret", "project", "retention_hours", "subject",
+                          "username", "visibility_timeout_seconds"}
+    assert queue["broker_url"] == stack.broker_url
+    assert queue["internal_broker_url"] == "nats://es-system-broker:4222"
+    secret = http.get(f"/v1/projects/default/secrets/{queue['password_secret']}")
+    assert secret.headers["cache-control"] == "no-store"
+    creds = http.get(f"/v1/projects/default/queues/{unique_name}/credentials").json()
+    assert set(creds) == {"broker_url", "username", "password", "subject", "inbox_prefix", "stream", "consumer"}
+    assert secret.json()["value"] == creds["password"] and len(creds["password"]) >= 32
+
+
+def test_messages_by_hand_send_receive_delete(stack, http, unique_name):
+    make_queue(stack, unique_name, visibility_timeout_seconds=1)
+    base = f"/v1/projects/default/queues/{unique_name}/messages"
+    assert http.post(base, json={"body": {"to": "a@b.c"}}).status_code == 201
+    (message,) = http.post(f"{base}/receive", json={"max": 5, "wait": 1}).json()["messages"]
+    assert message["body"] == '{"to":"a@b.c"}' and message["content_type"] == "application/json"
+    assert message["receive_count"] == 1
+    (again,) = http.post(f"{base}/receive", json={"max": 1, "wait": 3}).json()["messages"]
+    assert again["sequence"] == message["sequence"] and again["receive_count"] == 2
+    assert http.delete(f"{base}/{again['receipt']}").status_code == 204
+    assert http.post(f"{base}/receive", json={"max": 1, "wait": 1.5}).json()["messages"] == []
+
+
+def test_bad_message_input_is_refused_and_loses_nothing(stack, http, unique_name):
+    make_queue(stack, unique_name, max_message_bytes=1024)
+    make_queue(stack, f"{unique_name}-b")
+    base = f"/v1/projects/default/queues/{unique_name}/messages"
+    body = problem(http.post(base, json={"body": "x" * 1025}), 413)
+    assert "1025 bytes" in body["detail"] and "at most 1024" in body["detail"]
+    problem(http.post(base, json={}), 422)
+    problem(http.post(base, json={"body_base64": "!!"}), 422)
+    problem(http.post(f"{base}/receive", json={"max": 0}), 422)
+    problem(http.post(f"{base}/receive", json={"max": 101}), 422)
+    problem(http.post(f"{base}/receive", json={"wait": 21}), 422)
+    assert http.post(base, json={"body": "keep me"}).status_code == 201
+    (message,) = http.post(f"{base}/receive", json={"max": 1, "wait": 1}).json()["messages"]
+    body = problem(http.delete(f"{base}/not-a-receipt"), 422)
+    assert body["errors"][0]["field"] == "receipt"
+    # a receipt of one queue is refused by another
+    other = f"/v1/projects/default/queues/{unique_name}-b/messages"
+    problem(http.delete(f"{other}/{message['receipt']}"), 422)
+    assert http.delete(f"{base}/{message['receipt']}").status_code == 204

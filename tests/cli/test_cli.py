@@ -1,0 +1,124 @@
+"""The ``enclave`` CLI as a user runs it: the five-minute tour, and every error as one
+``error: …`` line on stderr with its exit code."""
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import nats
+import pytest
+
+from enclave_queue.client import Credentials, connect
+from enclave_queue.spec import LIMITS
+
+ENCLAVE = str(Path(sys.executable).parent / "enclave")
+
+
+def run(stack, *args, env=None, input=None):
+    return subprocess.run([ENCLAVE, *args], env={**stack.env, **(env or {})}, capture_output=True, text=True,
+                          timeout=60, input=input)
+
+
+def ok(stack, *args, **kwargs):
+    result = run(stack, *args, **kwargs)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+async def test_the_five_minute_tour(stack, unique_name):
+    created = ok(stack, "queue", "create", unique_name, "--wait", "--visibility-timeout-seconds", "2")
+    for output in ("subject", "username", "password_secret", "broker_url", f"queue.default.{unique_name}"):
+        assert output in created.stdout
+
+    creds = json.loads(ok(stack, "queue", "credentials", unique_name, "--json").stdout)
+    assert set(creds) == {"broker_url", "username", "password", "subject", "inbox_prefix", "stream", "consumer"}
+
+    # any NATS client: plain nats-py with the queue's username, password and inbox prefix
+    nc = await nats.connect(creds["broker_url"], user=creds["username"], password=creds["password"],
+                            inbox_prefix=creds["inbox_prefix"])
+    try:
+        ack = await nc.jetstream().publish(creds["subject"], b"hello from nats-py")
+        assert ack.stream == creds["stream"]
+    finally:
+        await nc.close()
+
+    (message,) = json.loads(ok(stack, "queue", "receive", unique_name, "--json").stdout)
+    assert message["body"] == "hello from nats-py" and message["receive_count"] == 1
+    assert json.loads(ok(stack, "queue", "receive", unique_name, "--wait", "0.2", "--json").stdout) == []
+    ok(stack, "queue", "delete-message", unique_name, message["receipt"])
+    assert json.loads(ok(stack, "queue", "receive", unique_name, "--wait", "2.5", "--json").stdout) == []
+
+    # the environment that --env prints is enough for the SDK
+    exports = ok(stack, "queue", "credentials", unique_name, "--env").stdout.splitlines()
+    env = dict(shlex.split(line.removeprefix("export "))[0].split("=", 1) for line in exports)
+    async with connect(Credentials.from_env(env)) as queue:
+        await queue.send("via the SDK")
+    sent = ok(stack, "queue", "send", unique_name, "by hand")
+    assert sent.stdout.startswith("Sent message 3 ")
+    human = ok(stack, "queue", "receive", unique_name, "--max", "10")
+    assert "via the SDK" in human.stdout and "by hand" in human.stdout and "receipt:" in human.stdout
+
+
+def test_list_get_update_status_and_delete(stack, unique_name):
+    ok(stack, "queue", "create", unique_name, "--project", "cli-proj", "--json")
+    listed = json.loads(ok(stack, "queue", "list", "--project", "cli-proj", "--json").stdout)
+    assert unique_name in [q["name"] for q in listed]
+    assert unique_name in ok(stack, "queue", "list", "--project", "cli-proj").stdout
+    updated = json.loads(ok(stack, "queue", "update", unique_name, "--project", "cli-proj", "--max-receives", "7",
+                            "--wait", "--json").stdout)
+    assert updated["max_receives"] == 7
+    got = json.loads(ok(stack, "queue", "get", unique_name, "--json", env={"ENCLAVE_PROJECT": "cli-proj"}).stdout)
+    assert got == updated
+    assert "Ready" in ok(stack, "queue", "status", unique_name, "-p", "cli-proj").stdout
+    refused = run(stack, "queue", "delete", unique_name, "-p", "cli-proj", input="n\n")
+    assert refused.returncode == 1 and refused.stderr.endswith("error: aborted.\n")
+    ok(stack, "queue", "delete", unique_name, "-p", "cli-proj", "--yes")
+    gone = run(stack, "queue", "get", unique_name, "-p", "cli-proj")
+    assert gone.returncode == 4
+    assert gone.stderr == f"error: Queue '{unique_name}' does not exist in project 'cli-proj'.\n"
+
+
+@pytest.mark.parametrize("field", sorted(LIMITS))
+def test_each_setting_out_of_range_is_one_error_line_and_exit_2(stack, unique_name, field):
+    low, _, high = LIMITS[field]
+    result = run(stack, "queue", "create", unique_name, f"--{field.replace('_', '-')}", str(high + 1))
+    assert result.returncode == 2
+    assert result.stderr == f"error: {field} must be an integer from {low} to {high} (got {high + 1}).\n"
+    assert result.stdout == ""
+
+
+def test_error_lines_and_exit_codes(stack, unique_name, tmp_path):
+    ok(stack, "queue", "create", unique_name, "--max-message-bytes", "1024")
+    cases = [
+        (("queue", "create", unique_name), {}, 5, f"error: Queue '{unique_name}' already exists in project 'default'."),
+        (("queue", "create", "No"), {}, 2,
+         "error: name must be 3–40 lowercase letters, digits or hyphens, starting with a letter (got 'No')."),
+        (("queue", "create", f"{unique_name}-x", "--dead-letter-queue", "nope"), {}, 2,
+         "error: dead_letter_queue names queue 'nope', which does not exist in project 'default'."),
+        (("queue", "send", unique_name, "x" * 1025), {}, 2,
+         f"error: The message is 1025 bytes; queue '{unique_name}' accepts at most 1024 (max_message_bytes)."),
+        (("queue", "list"), {"ENCLAVE_TOKEN": "enq_wrong"}, 7, "error: The API token is not valid."),
+        (("queue", "list"), {"ENCLAVE_TOKEN": "", "ENCLAVE_HOME": str(tmp_path)}, 7,
+         "error: This route needs an API token: send 'Authorization: Bearer <token>'."),
+        (("queue", "create", unique_name, "--max-receives", "abc"), {}, 2,
+         "error: Invalid value for '--max-receives': Input should be a valid integer, unable to parse string as an integer"),
+    ]
+    for args, env, code, line in cases:
+        result = run(stack, *args, env=env)
+        assert (result.returncode, result.stderr) == (code, line + "\n"), args
+
+
+def test_an_unreachable_api_is_a_clear_error(stack):
+    from enclave_queue.broker.supervisor import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    result = run(stack, "queue", "list", env={"ENCLAVE_URL": url})
+    assert result.returncode == 3
+    assert result.stderr.startswith(f"error: Cannot reach the Enclave API at {url} (ConnectError)")
+
+
+def test_traceback_only_on_request(stack):
+    result = run(stack, "queue", "get", "no-such-queue", env={"ENCLAVE_TRACEBACK": "1"})
+    assert result.returncode == 4 and "Traceback" in result.stderr

@@ -1,0 +1,72 @@
+"""Shared fixtures: one running stack for the tests that only need *a* stack, and strict checks
+that every test stops the processes and asyncio tasks it started."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import pytest_asyncio
+
+from enclave_queue.testing import EnclaveStack
+
+_names = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnclaveStack]:
+    """One ``enclave up`` shared by the tests that create their own uniquely named queues."""
+    running = EnclaveStack.start(tmp_path_factory.mktemp("shared-stack"))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A queue name no other test in the run uses."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:24].strip("-")
+    return f"t{next(_names)}-{base}"[:40].rstrip("-")
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_processes() -> Iterator[None]:
+    """Fail a test that leaves a child process (a broker, a stack) running."""
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    leaked = []
+    for child in me.children(recursive=True):
+        if child.pid not in before:
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    leaked.append(f"{child.pid} {' '.join(child.cmdline()[:4])}")
+            except psutil.NoSuchProcess:
+                continue
+    if leaked:
+        for child in me.children(recursive=True):
+            if child.pid not in before:
+                child.kill()
+        pytest.fail(f"the test left processes running: {leaked}")
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def no_leaked_tasks() -> None:
+    """Fail an async test that leaves asyncio tasks running (an unclosed client, say)."""
+    yield
+    await asyncio.sleep(0)
+    leaked = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    if leaked:
+        for task in leaked:
+            task.cancel()
+        await asyncio.gather(*leaked, return_exceptions=True)
+        pytest.fail(f"the test left asyncio tasks running: {[t.get_name() for t in leaked]}")
+
+
+def files_under(root: Path) -> Iterator[Path]:
+    return (p for p in root.rglob("*") if p.is_file())

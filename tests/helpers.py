@@ -1,0 +1,81 @@
+"""Test helpers: privileged access to a stack's broker (to change things behind the
+controller's back) and raw nats-py clients that record the errors the server sends."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable
+
+import nats
+from nats.aio.client import Client
+
+from enclave_queue.auth.secrets import MasterKey
+from enclave_queue.testing import EnclaveStack
+
+
+@asynccontextmanager
+async def control_connection(stack: EnclaveStack) -> AsyncIterator[Client]:
+    """The control plane's own broker user (from the stack's master key): what an operator with
+    shell access could do, to break things on purpose."""
+    key = MasterKey.load_or_create(stack.home)
+    nc = await nats.connect(stack.broker_url, nkeys_seed_str=key.nkey("control").seed)
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+class RawClient:
+    """A nats-py connection as an app with a queue's credentials, keeping the server's errors."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.nc: Client | None = None
+
+    async def connect(self, creds: dict[str, Any], **options: Any) -> Client:
+        async def on_error(exc: Exception) -> None:
+            self.errors.append(str(exc).lower())
+
+        self.nc = await nats.connect(
+            creds["broker_url"], user=creds["username"], password=creds["password"],
+            inbox_prefix=creds["inbox_prefix"], error_cb=on_error, max_reconnect_attempts=1,
+            reconnect_time_wait=0.1, **options,
+        )
+        return self.nc
+
+    async def wait_error(self, fragment: str, timeout: float = 2.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for error in self.errors:
+                if fragment.lower() in error:
+                    return error
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"no error containing {fragment!r}; got {self.errors}")
+
+    async def close(self) -> None:
+        if self.nc is not None and not self.nc.is_closed:
+            await self.nc.close()
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
+    """Call ``check`` (sync or async) until it returns a truthy value; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if asyncio.iscoroutine(last):
+            last = await last
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout:g} s (last value: {last!r})")
+
+
+def make_queue(stack: EnclaveStack, name: str, project: str = "default", **settings: Any) -> dict[str, Any]:
+    """Create a queue through the API and wait until it is Ready; returns its credentials."""
+    with stack.admin() as admin:
+        admin.create_queue(project, {"name": name, **settings})
+        admin.wait_ready(project, name, timeout=20)
+        return admin.credentials(project, name)

@@ -1,0 +1,70 @@
+"""The rendered nats-server configuration: accounts, permissions, exports and imports."""
+
+import json
+from pathlib import Path
+
+from enclave_queue.auth import users
+from enclave_queue.broker.config import AccountEntry, BrokerConfig, build, render
+from enclave_queue.controller.accounts import accounts_in_config
+
+BASE = BrokerConfig(host="127.0.0.1", port=4999, store_dir=Path("/data/js"), log_file=Path("/data/log"),
+                    sync="always", system_nkey="USYS", control_nkey="UCTL")
+
+
+def with_accounts(*ids: str, sync: str = "always") -> dict:
+    accounts = tuple(AccountEntry(i, f"$2b$06$hash-of-{i}") for i in ids)
+    return build(BrokerConfig(**{**BASE.__dict__, "accounts": accounts, "sync": sync}))
+
+
+def test_base_config_has_system_and_control_accounts_with_nkeys():
+    config = with_accounts()
+    assert config["system_account"] == "SYS"
+    assert config["accounts"]["SYS"]["users"] == [{"nkey": "USYS"}]
+    assert config["accounts"]["CONTROL"]["users"] == [{"nkey": "UCTL"}]
+    assert config["listen"] == "127.0.0.1:4999"
+    assert config["jetstream"]["max_memory_store"] == 512 * 1024 * 1024
+
+
+def test_sync_setting_maps_to_sync_interval():
+    assert with_accounts(sync="always")["jetstream"]["sync_interval"] == "always"
+    assert "sync_interval" not in with_accounts(sync="interval")["jetstream"]
+
+
+def test_each_queue_account_has_one_user_with_allow_only_permissions():
+    account = with_accounts("qone")["accounts"]["qone"]
+    (user,) = account["users"]
+    assert user["user"] == "qone"
+    assert user["password"].startswith("$2b$")
+    perms = user["permissions"]
+    assert set(perms) == {"publish", "subscribe"}
+    assert set(perms["publish"]) == {"allow"} and set(perms["subscribe"]) == {"allow"}
+    assert perms["subscribe"]["allow"] == ["_INBOX_qone.>"]
+    assert "$JS.API.CONSUMER.MSG.NEXT.QONE.worker" in perms["publish"]["allow"]
+    assert not any(s in ("$JS.API.>", ">", "_INBOX.>") for s in perms["publish"]["allow"])
+
+
+def test_exports_are_only_for_the_control_account():
+    account = with_accounts("qone")["accounts"]["qone"]
+    assert account["exports"]
+    assert all(export["accounts"] == ["CONTROL"] for export in account["exports"])
+
+
+def test_control_imports_each_queue_under_its_own_prefix():
+    imports = with_accounts("qone", "qtwo")["accounts"]["CONTROL"]["imports"]
+    targets = {i.get("to") for i in imports}
+    assert {"jsapi.qone.>", "jsapi.qtwo.>", "send.qone.>", "send.qtwo.>"} <= targets
+
+
+def test_render_is_stable_json_and_round_trips_accounts():
+    accounts = (AccountEntry("qb", "hb"), AccountEntry("qa", "ha"))
+    text = render(BrokerConfig(**{**BASE.__dict__, "accounts": accounts}))
+    assert text == render(BrokerConfig(**{**BASE.__dict__, "accounts": accounts}))
+    json.loads(text)
+    assert accounts_in_config(text) == {"qa": AccountEntry("qa", "ha"), "qb": AccountEntry("qb", "hb")}
+    assert accounts_in_config("not json") == {}
+
+
+def test_permissions_never_name_another_account():
+    perms = users.app_permissions("qone")
+    flat = [s for side in perms.values() for s in side["allow"]]
+    assert all("QTWO" not in s and "qtwo" not in s for s in flat)

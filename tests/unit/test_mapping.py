@@ -1,0 +1,55 @@
+"""Spec -> JetStream mapping, table-tested, and the drift check."""
+
+import pytest
+from nats.js import api
+
+from enclave_queue.controller import mapping
+from enclave_queue.spec import QueueSpec
+
+
+@pytest.mark.parametrize(
+    ("spec", "max_age", "max_msg_size"),
+    [
+        (QueueSpec(name="emails"), 96 * 3600, 262144),
+        (QueueSpec(name="emails", retention_hours=1, max_message_bytes=1024), 3600, 1024),
+        (QueueSpec(name="emails", retention_hours=336, max_message_bytes=1048576), 336 * 3600, 1048576),
+    ],
+)
+def test_stream_config(spec, max_age, max_msg_size):
+    config = mapping.stream_config("qabc", spec)
+    assert config.name == "QABC"
+    assert config.subjects == ["queue.default.emails"]
+    assert config.retention == api.RetentionPolicy.WORK_QUEUE
+    assert config.storage == api.StorageType.FILE
+    assert config.discard == api.DiscardPolicy.NEW
+    assert config.allow_direct is True
+    assert config.max_age == max_age
+    assert config.max_msg_size == max_msg_size
+
+
+@pytest.mark.parametrize(
+    ("spec", "ack_wait", "max_deliver"),
+    [
+        (QueueSpec(name="emails"), 30, -1),
+        (QueueSpec(name="emails", visibility_timeout_seconds=1, max_receives=1), 1, 1),
+        (QueueSpec(name="emails", visibility_timeout_seconds=43200, max_receives=1000), 43200, 1000),
+    ],
+)
+def test_consumer_config(spec, ack_wait, max_deliver):
+    config = mapping.consumer_config("qabc", spec)
+    assert config.durable_name == "worker"
+    assert config.ack_policy == api.AckPolicy.EXPLICIT
+    assert config.ack_wait == ack_wait
+    assert config.max_deliver == max_deliver
+    assert config.max_ack_pending > 1000
+    assert config.filter_subject == "queue.default.emails"
+
+
+def test_drift_names_the_fields_that_differ():
+    want = mapping.stream_config("qabc", QueueSpec(name="emails"))
+    same = mapping.stream_config("qabc", QueueSpec(name="emails"))
+    assert mapping.drift(same, want, mapping.STREAM_FIELDS) == []
+    changed = mapping.stream_config("qabc", QueueSpec(name="emails", retention_hours=2, max_message_bytes=2048))
+    assert mapping.drift(changed, want, mapping.STREAM_FIELDS) == ["max_age", "max_msg_size"]
+    changed.retention = api.RetentionPolicy.LIMITS
+    assert "retention" in mapping.drift(changed, want, mapping.STREAM_FIELDS)

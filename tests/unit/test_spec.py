@@ -1,0 +1,84 @@
+"""The spec refuses every bad setting at the door, naming the field and its rule."""
+
+import pytest
+
+from enclave_queue.errors import SpecError
+from enclave_queue.spec import LIMITS, QueuePatch, QueueSpec, parse_patch, parse_spec
+
+
+def test_defaults_match_the_settings_reference():
+    spec = parse_spec({"name": "emails"})
+    assert spec.project == "default"
+    assert spec.dead_letter_queue is None
+    assert (spec.max_message_bytes, spec.max_receives, spec.retention_hours, spec.visibility_timeout_seconds) == (
+        262144, 0, 96, 30)
+
+
+@pytest.mark.parametrize("field", sorted(LIMITS))
+def test_each_setting_accepts_its_bounds(field):
+    low, _, high = LIMITS[field]
+    assert getattr(parse_spec({"name": "emails", field: low}), field) == low
+    assert getattr(parse_spec({"name": "emails", field: high}), field) == high
+
+
+@pytest.mark.parametrize("field", sorted(LIMITS))
+@pytest.mark.parametrize("side", ["below", "above"])
+def test_each_setting_just_outside_its_range_is_refused_with_field_and_range(field, side):
+    low, _, high = LIMITS[field]
+    value = low - 1 if side == "below" else high + 1
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "emails", field: value})
+    assert str(caught.value) == f"{field} must be an integer from {low} to {high} (got {value})."
+    assert caught.value.errors == [{"field": field, "message": f"must be an integer from {low} to {high} (got {value})"}]
+
+
+@pytest.mark.parametrize("name", ["ab", "Emails", "1emails", "emails_x", "e" * 41, "-emails", "emails.x", ""])
+def test_bad_names_are_refused(name):
+    with pytest.raises(SpecError, match=r"^name must be 3–40 lowercase letters, digits or hyphens, starting with a letter"):
+        parse_spec({"name": name})
+
+
+@pytest.mark.parametrize("name", ["abc", "emails", "e" * 40, "a-1-b"])
+def test_good_names_are_accepted(name):
+    assert parse_spec({"name": name}).name == name
+
+
+def test_a_queue_cannot_be_its_own_dead_letter_queue():
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "emails", "dead_letter_queue": "emails"})
+    assert caught.value.errors[0]["field"] == "dead_letter_queue"
+    assert "not the queue itself" in str(caught.value)
+
+
+def test_unknown_settings_and_missing_name_are_named():
+    with pytest.raises(SpecError, match=r"^colour is not a queue setting\.$"):
+        parse_spec({"name": "emails", "colour": "blue"})
+    with pytest.raises(SpecError, match=r"^name is required\.$"):
+        parse_spec({})
+
+
+def test_several_errors_are_reported_together():
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "x", "retention_hours": 999})
+    assert [e["field"] for e in caught.value.errors] == ["name", "retention_hours"]
+
+
+def test_different_project_is_a_different_queue():
+    assert parse_spec({"name": "emails"}).key != parse_spec({"name": "emails", "project": "billing"}).key
+
+
+def test_patch_changes_only_the_given_fields_and_can_remove_the_dlq():
+    spec = QueueSpec(name="emails", dead_letter_queue="emails-dlq", max_receives=3)
+    changed = parse_patch({"visibility_timeout_seconds": 60}).apply(spec)
+    assert changed.visibility_timeout_seconds == 60
+    assert changed.dead_letter_queue == "emails-dlq" and changed.max_receives == 3
+    assert parse_patch({"dead_letter_queue": None}).apply(spec).dead_letter_queue is None
+
+
+def test_patch_refuses_out_of_range_and_null_settings():
+    with pytest.raises(SpecError, match="retention_hours must be an integer from 1 to 336"):
+        parse_patch({"retention_hours": 0})
+    with pytest.raises(SpecError, match="max_receives cannot be null"):
+        QueuePatch.model_validate({"max_receives": None}).apply(QueueSpec(name="emails"))
+    with pytest.raises(SpecError, match="name is not a queue setting"):
+        parse_patch({"name": "other"})
