@@ -31,7 +31,7 @@ def run(quick: bool) -> list[Report]:
     started = time.perf_counter()
     plans = {  # sync mode: (pipelined messages per run, sequential messages per run, rounds)
         "interval": (20000, 500, 1) if quick else (100000, 2000, 2),
-        "always": (4000, 200, 1) if quick else (20000, 1000, 2),
+        "always": (4000, 200, 1) if quick else (10000, 500, 2),
     }
     report.info["plans"] = {k: {"pipelined": c, "sequential": s, "rounds": r} for k, (c, s, r) in plans.items()}
     best: dict[str, dict[str, float]] = {}

@@ -2,7 +2,9 @@
 
 RSS is VmRSS from /proc/<broker pid>/status, read once the stack is idle. The baseline is the
 same broker with no queues (its control-plane account, KV buckets and a pool of 4 spare
-accounts only). For reference, a plain nats-server holding the same number of streams and
+accounts only). The broker is read twice at the top level: right after the queues were created
+(each create's reload leaves garbage the Go runtime has not returned yet) and after a restart of
+the same data dir. For reference, a plain nats-server holding the same number of streams and
 consumers in one account is measured too.
 
 Run by ``python -m bench`` it reuses the readings bench.create took on its pool-warm stack (which
@@ -12,7 +14,10 @@ holds a few dozen measured queues on top of the level). Target: <= 256 MiB at 10
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 from . import Report, enclave_stack, main, plain_nats, rss_mib, say, settle
@@ -26,18 +31,26 @@ def measure(quick: bool) -> dict[str, Any]:
 
     top = plan(quick)["levels"][-1]
     rss: dict[str, float] = {}
-    say(f"memory: one stack, 0 then {top} queues")
-    with enclave_stack() as stack:
-        fleet = Fleet(stack)
-        try:
-            settle(fleet.pids(), timeout=20)
-            rss["0"] = fleet.rss()
-            seconds, _ = fleet.fill_to(top)
-            say(f"memory: {top} queues in {seconds:.1f} s")
-            settle(fleet.pids(), timeout=60)
-            rss[str(top)] = fleet.rss()
-        finally:
-            fleet.close()
+    say(f"memory: one stack, 0 then {top} queues, then restarted")
+    tmp = Path(tempfile.mkdtemp(prefix="enclave-bench-memory-"))
+    try:
+        with enclave_stack(home=tmp / "home") as stack:
+            fleet = Fleet(stack)
+            try:
+                settle(fleet.pids(), timeout=20)
+                rss["0"] = fleet.rss()
+                seconds, _ = fleet.fill_to(top)
+                say(f"memory: {top} queues in {seconds:.1f} s")
+                settle(fleet.pids(), timeout=60)
+                rss[str(top)] = fleet.rss()
+            finally:
+                fleet.close()
+        with enclave_stack(home=tmp / "home") as stack:
+            fleet = Fleet(stack, existing=top)
+            settle(fleet.pids(), timeout=120)
+            rss[f"restart_{top}"] = fleet.rss()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     say(f"memory: plain nats-server, 0 then {top} streams")
     with plain_nats() as server:
         plain = {"0": rss_mib(server.pid)}

@@ -134,7 +134,7 @@ def run(quick: bool) -> list[Report]:
     started = time.perf_counter()
     plans = {
         # sync mode: (messages per run, messages per run with a delete each, rounds)
-        "always": (3000, 1000, 1) if quick else (10000, 3000, 2),
+        "always": (3000, 1000, 1) if quick else (5000, 2000, 2),
         "interval": (3000, 1000, 1) if quick else (20000, 5000, 2),
     }
     report.info.update({"batch": BATCH, "plans": {k: {"messages": c, "messages_delete_each": e, "rounds": r}

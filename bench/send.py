@@ -59,7 +59,7 @@ def run(quick: bool) -> list[Report]:
     started = time.perf_counter()
     plans = {
         # sync mode: (messages per pipelined run, messages per sequential run, rounds)
-        "always": (4000, 200, 1) if quick else (20000, 1000, 2),
+        "always": (4000, 200, 1) if quick else (10000, 500, 2),
         "interval": (10000, 500, 1) if quick else (50000, 2000, 3),
     }
     report.info.update({"body_bytes": len(BODY), "window_raw": 5000, "window_sdk": "SEND_WINDOW (SDK default)",

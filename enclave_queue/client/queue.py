@@ -130,6 +130,8 @@ class Queue:
         self._waiting: dict[str, asyncio.Future[Msg] | _Pull] = {}
         self._sub: Any = None
         self._closed = False
+        self._broken: Optional[EnclaveError] = None  #: why the broker cut us off for good
+        self._closing: Optional[asyncio.Task[None]] = None
 
     async def _start(self) -> None:
         self._sub = await self._nc.subscribe(f"{self._mux}.*", cb=self._on_reply)
@@ -154,14 +156,17 @@ class Queue:
     def _revoked(self) -> None:
         """The broker no longer accepts these credentials (queue deleted, password changed):
         stop reconnecting and fail everything with Unauthorized."""
-        self._fail_all(Unauthorized(f"The broker refused user '{self.credentials.username}'; "
-                                    "the queue was deleted or its credentials changed."))
-        if not self._nc.is_closed:
-            asyncio.get_running_loop().create_task(self._nc.close())
+        self._broken = Unauthorized(f"The broker refused user '{self.credentials.username}'; "
+                                    "the queue was deleted or its credentials changed.")
+        self._fail_all(self._broken)
+        if self._closing is None and not self._nc.is_closed:
+            self._closing = asyncio.get_running_loop().create_task(self._nc.close())
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("Client is closed.")
+        if self._broken is not None:
+            raise self._broken
 
     def _new_waiter(self) -> tuple[str, asyncio.Future[Msg]]:
         token = str(next(self._ids))
@@ -342,11 +347,13 @@ class Queue:
             return
         self._closed = True
         self._fail_all(RuntimeError("Client is closed."))
+        if self._closing is not None:
+            await self._closing
         if self._nc.is_connected:
             try:
                 await asyncio.wait_for(self._nc.drain(), DEFAULT_TIMEOUT)
                 return
-            except (asyncio.TimeoutError, nats.errors.Error):
+            except (TimeoutError, nats.errors.Error):
                 pass
         if not self._nc.is_closed:
             await self._nc.close()

@@ -123,4 +123,4 @@ async def test_update_applies_in_place_to_the_live_stream_and_consumer(stack, un
     assert (stream.config.max_age, stream.config.max_msg_size) == (3600, 2048)
     assert (consumer.config.ack_wait, consumer.config.max_deliver) == (2, 5)
     assert stream.state.messages == 1
-    assert api.RetentionPolicy.WORK_QUEUE == stream.config.retention
+    assert stream.config.retention == api.RetentionPolicy.WORK_QUEUE

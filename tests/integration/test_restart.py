@@ -1,0 +1,135 @@
+"""Restarts: a stopped and restarted stack keeps queues, credentials and messages; a broker
+killed while a producer publishes is restarted and loses no acknowledged message; a control
+process killed mid-reconcile converges when started again, with nothing orphaned."""
+
+import asyncio
+import json
+import os
+import signal
+
+import nats
+import nats.errors
+import nats.js.errors
+import pytest
+
+from enclave_queue.client import connect
+from tests.conftest import files_under
+from tests.helpers import eventually, make_queue
+
+pytestmark = pytest.mark.slow
+
+
+async def test_stop_and_start_keeps_queues_credentials_and_waiting_messages(enclave_stack_factory, tmp_path):
+    home = tmp_path / "home"
+    first = enclave_stack_factory(home=home)
+    creds = make_queue(first, "orders", visibility_timeout_seconds=5)
+    async with connect(creds) as queue:
+        assert await queue.send_batch([{"n": i} for i in range(20)]) == 20
+    assert first.stop() == 0
+    assert not (home / "enclave.json").exists()
+
+    second = enclave_stack_factory(home=home)
+    with second.admin() as admin:
+        assert [q["name"] for q in admin.list_queues("default")] == ["orders"]
+        again = admin.credentials("default", "orders")
+    assert {k: v for k, v in again.items() if k != "broker_url"} == {k: v for k, v in creds.items() if k != "broker_url"}
+    async with connect(again) as queue:
+        messages = await queue.receive(batch=50, wait=2)
+        assert sorted(m.body["n"] for m in messages) == list(range(20))
+        await queue.delete_many(messages)
+
+
+async def test_a_killed_broker_is_restarted_and_no_acknowledged_message_is_lost(enclave_stack_factory):
+    stack = enclave_stack_factory()
+    creds = make_queue(stack, "payments")
+    acked: set[int] = set()
+    nc = await nats.connect(creds["broker_url"], user=creds["username"], password=creds["password"],
+                            inbox_prefix=creds["inbox_prefix"], max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+    js = nc.jetstream(timeout=1)
+    stop = asyncio.Event()
+
+    async def produce():
+        n = 0
+        while not stop.is_set():
+            try:
+                await js.publish(creds["subject"], str(n).encode(), headers={"Nats-Msg-Id": str(n)})
+            except (TimeoutError, nats.errors.Error):
+                await asyncio.sleep(0.05)  # broker down: retry the same message (deduplicated by id)
+                continue
+            acked.add(n)
+            n += 1
+
+    producer = asyncio.create_task(produce())
+    try:
+        await eventually(lambda: len(acked) > 200, timeout=10)
+        old_pid = stack.broker_pid
+        os.kill(old_pid, signal.SIGKILL)
+        await eventually(lambda: stack.refresh().get("broker_pid") not in (None, old_pid), timeout=15)
+        mark = len(acked)
+        await eventually(lambda: len(acked) > mark + 200, timeout=20)
+    finally:
+        stop.set()
+        await producer
+        await nc.close()
+
+    async with connect(creds) as queue:
+        seen = set()
+        while True:
+            batch = await queue.receive(batch=1000, wait=1)
+            if not batch:
+                break
+            seen.update(int(m.data) for m in batch)
+            await queue.delete_many(batch)
+    assert acked <= seen, f"lost {len(acked - seen)} acknowledged messages"
+    assert len(acked) > 400
+
+
+async def test_a_control_process_killed_mid_reconcile_converges_with_nothing_orphaned(enclave_stack_factory, tmp_path):
+    home = tmp_path / "home"
+    first = enclave_stack_factory(home=home, env={"ENCLAVE_ACCOUNT_POOL": "0"})
+    with first.admin() as admin:
+        admin.create_queue("default", {"name": "stays"})
+        admin.wait_ready("default", "stays")
+        admin.create_queue("default", {"name": "goes"})
+        admin.wait_ready("default", "goes")
+        for i in range(6):
+            admin.create_queue("default", {"name": f"burst-{i}"})
+        admin.delete_queue("default", "goes")
+    first.kill()  # SIGKILL while the creates and the delete are in flight
+
+    second = enclave_stack_factory(home=home, env={"ENCLAVE_ACCOUNT_POOL": "0"})
+    with second.admin() as admin:
+        admin.wait_deleted("default", "goes", timeout=20)
+        for name in ["stays"] + [f"burst-{i}" for i in range(6)]:
+            admin.wait_ready("default", name, timeout=20)
+        ids = {q["id"] for q in admin.list_queues("default")}
+    assert len(ids) == 7
+    config_accounts = set(json.loads((home / "broker" / "nats.conf").read_text())["accounts"]) - {"SYS", "CONTROL"}
+    assert config_accounts == ids
+    store_accounts = {p.name for p in (home / "broker" / "jetstream").iterdir()} - {"CONTROL", "SYS", "$G", "$SYS"}
+    assert store_accounts <= ids
+
+
+async def test_no_plaintext_password_under_the_data_dir_or_in_the_logs(enclave_stack_factory, tmp_path):
+    home = tmp_path / "home"
+    stack = enclave_stack_factory(home=home, env={"ENCLAVE_LOG_LEVEL": "debug"})
+    passwords = []
+    for name in ("alpha", "beta", "gamma"):
+        creds = make_queue(stack, name)
+        passwords.append(creds["password"])
+        async with connect(creds) as queue:
+            await queue.send("x")
+    with stack.admin() as admin:
+        admin.read_secret("default", "alpha-password")
+        admin.delete_queue("default", "gamma")
+        admin.wait_deleted("default", "gamma")
+    stack.stop()
+    checked = 0
+    for path in files_under(home):
+        data = path.read_bytes()
+        checked += 1
+        for password in passwords:
+            assert password.encode() not in data, f"a password in plaintext in {path}"
+    assert checked > 10
+    assert (home / "admin-token").stat().st_mode & 0o777 == 0o600
+    assert (home / "master.key").stat().st_mode & 0o777 == 0o600

@@ -1,0 +1,72 @@
+"""The SDK's errors: clear, specific and immediate."""
+
+import time
+
+import pytest
+
+from enclave_queue.client import connect, connect_sync
+from enclave_queue.errors import MessageTooLarge, PermissionDenied, SpecError, Unauthorized
+from tests.helpers import make_queue
+
+
+async def test_a_permission_denial_raises_at_once_not_after_a_timeout(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    async with connect({**creds, "stream": "SOMEONE_ELSES"}) as queue:
+        started = time.monotonic()
+        with pytest.raises(PermissionDenied, match="permissions violation for publish"):
+            await queue.receive(wait=3)
+        assert time.monotonic() - started < 1.0
+
+
+async def test_wrong_password_and_missing_credentials(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    with pytest.raises(Unauthorized, match=f"refused user '{creds['username']}': wrong username or password"):
+        await connect({**creds, "password": "not-it"})
+    with pytest.raises(SpecError, match="Credentials are missing password"):
+        await connect({k: v for k, v in creds.items() if k != "password"})
+    with pytest.raises(SpecError, match="ENCLAVE_QUEUE_BROKER_URL"):
+        from enclave_queue.client import Credentials
+
+        Credentials.from_env({})
+
+
+async def test_oversize_messages_raise_message_too_large_and_batches_say_how_many_went(stack, unique_name):
+    creds = make_queue(stack, unique_name, max_message_bytes=1024)
+    async with connect(creds) as queue:
+        with pytest.raises(MessageTooLarge):
+            await queue.send(b"x" * 1025)
+        with pytest.raises(MessageTooLarge, match=r"^9 of 10 messages were sent"):
+            await queue.send_batch([b"ok"] * 9 + [b"x" * 2000])
+        assert len(await queue.receive(batch=20, wait=1)) == 9
+
+
+async def test_a_closed_queue_says_so(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    queue = await connect(creds)
+    await queue.close()
+    with pytest.raises(RuntimeError, match="^Client is closed.$"):
+        await queue.send("late")
+
+
+async def test_a_deleted_queue_fails_its_clients_with_unauthorized(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        await queue.send("before")
+        with stack.admin() as admin:
+            admin.delete_queue("default", unique_name)
+            admin.wait_deleted("default", unique_name)
+        with pytest.raises((Unauthorized, RuntimeError)):
+            for _ in range(50):
+                await queue.send("after")
+
+
+def test_the_sync_client(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    with connect_sync(creds) as queue:
+        assert queue.send_batch(["a", "b"]) == 2
+        messages = queue.receive(batch=5, wait=1)
+        assert [m.body for m in messages] == ["a", "b"]
+        assert messages[0].receive_count == 1
+        for message in messages:
+            message.delete()
+        assert queue.receive(wait=0.2) == []
