@@ -14,7 +14,7 @@ import httpx
 from .errors import BrokerUnavailable, EnclaveError, NotFound, Timeout, from_problem
 from .settings import ClientSettings
 
-POLL_SECONDS = 0.05
+WAIT_STEP = 10.0  #: seconds one long-poll of a queue's status may wait on the server
 
 
 class AdminClient:
@@ -74,8 +74,11 @@ class AdminClient:
     def delete_queue(self, project: str, name: str) -> None:
         self.request("DELETE", f"{self._queues(project)}/{name}")
 
-    def queue_status(self, project: str, name: str) -> dict[str, Any]:
-        return self.request("GET", f"{self._queues(project)}/{name}/status")
+    def queue_status(self, project: str, name: str, wait_seconds: float = 0) -> dict[str, Any]:
+        """The queue's status; with ``wait_seconds``, the server answers once it settles."""
+        params = {"wait_seconds": wait_seconds} if wait_seconds else None
+        return self.request("GET", f"{self._queues(project)}/{name}/status", params=params,
+                            timeout=wait_seconds + 30)
 
     def credentials(self, project: str, name: str) -> dict[str, str]:
         return self.request("GET", f"{self._queues(project)}/{name}/credentials")
@@ -88,7 +91,7 @@ class AdminClient:
         an EnclaveError if it is ``Errored``, Timeout after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while True:
-            status = self.queue_status(project, name)
+            status = self.queue_status(project, name, wait_seconds=max(0.1, min(WAIT_STEP, deadline - time.monotonic())))
             if status["observed_generation"] >= status["generation"]:
                 if status["state"] == "Ready":
                     return self.get_queue(project, name)
@@ -96,18 +99,16 @@ class AdminClient:
                     raise EnclaveError(f"Queue '{name}' failed: {status['message']}")
             if time.monotonic() > deadline:
                 raise Timeout(f"Queue '{name}' was not ready after {timeout:g} s: {status['message']}")
-            time.sleep(POLL_SECONDS)
 
     def wait_deleted(self, project: str, name: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                status = self.queue_status(project, name)
+                status = self.queue_status(project, name, wait_seconds=max(0.1, min(WAIT_STEP, deadline - time.monotonic())))
             except NotFound:
                 return
             if time.monotonic() > deadline:
                 raise Timeout(f"Queue '{name}' was not deleted after {timeout:g} s: {status['message']}")
-            time.sleep(POLL_SECONDS)
 
     # -- messages -------------------------------------------------------------------------------
 

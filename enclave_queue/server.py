@@ -77,7 +77,8 @@ class Runtime:
         port = s.broker_port or free_port(s.broker_host)
         base = BrokerConfig(
             host=s.broker_host, port=port, store_dir=s.broker_dir, log_file=s.log_dir / "nats-server.log",
-            sync=s.sync, system_nkey=self.master.nkey("system").public, control_nkey=self.master.nkey("control").public,
+            sync=s.sync, system_nkey=self.master.nkey("system").public,
+            control_nkey=self.master.nkey("control").public,
         )
         self.supervisor = Supervisor(s.broker_dir / "nats.conf", s.broker_host, port, log_path=s.log_dir / "nats-server.out")
         self.accounts = Accounts(base, self.supervisor, self.master, s.account_pool)
@@ -93,7 +94,7 @@ class Runtime:
         self.reconciler = Reconciler(self.store, self.conn, self.accounts, s.resync_seconds)
         await self.reconciler.start()
         self.service = QueueService(self.store, self.conn, self.accounts, self.master,
-                                    lambda: self.broker_url, s.internal_broker_url)
+                                    lambda: self.broker_url, s.internal_broker_url, self.reconciler.changed)
         await self._start_http()
         self.ready = True
         write_private(s.home / RUNTIME_FILE, json.dumps(
@@ -146,7 +147,9 @@ class Runtime:
         from .api import create_app
 
         s = self.settings
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only when the
+        # listening socket says TCP, and without it every keep-alive response waits ~40 ms (Nagle)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((s.api_host, s.api_port))
         sock.set_inheritable(True)

@@ -7,10 +7,11 @@ errors from ``errors.py`` with one sentence naming the object.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
 
@@ -20,7 +21,7 @@ import nats.js.errors
 from .auth.secrets import MasterKey, SealError
 from .auth.users import CONSUMER, inbox_prefix, stream_name, username
 from .broker.config import send_subject
-from .broker.connection import BrokerConnection
+from .broker.connection import UNAVAILABLE, BrokerConnection, retry_unavailable
 from .controller.accounts import Accounts
 from .errors import BrokerUnavailable, Conflict, EnclaveError, MessageTooLarge, NotFound, SpecError
 from .spec import Queue, QueuePatch, QueueSpec, password_secret_name, queue_key, subject_for
@@ -39,8 +40,10 @@ def _queue_missing(project: str, name: str) -> NotFound:
 
 class QueueService:
     def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, master: MasterKey,
-                 broker_url: Callable[[], str], internal_broker_url: str) -> None:
+                 broker_url: Callable[[], str], internal_broker_url: str,
+                 status_changed: Optional[Callable[[str, float], Awaitable[None]]] = None) -> None:
         self.store = store
+        self.status_changed = status_changed
         self.conn = conn
         self.accounts = accounts
         self.master = master
@@ -167,6 +170,24 @@ class QueueService:
             "conditions": [c.model_dump(mode="json") for c in status.conditions],
         }
 
+    async def wait_settled(self, project: str, name: str, timeout: float) -> dict[str, Any]:
+        """The status once the latest spec is applied (``Ready`` or ``Errored``), or as it stands
+        after ``timeout`` seconds. NotFound once a deleted queue is gone."""
+        deadline = time.monotonic() + timeout
+        key = queue_key(project, name)
+        while True:
+            status = await self.status(project, name)
+            settled = status["state"] in ("Ready", "Errored") and status["observed_generation"] >= status["generation"]
+            remaining = deadline - time.monotonic()
+            if settled or remaining <= 0:
+                return status
+            if self.status_changed is None:
+                await asyncio.sleep(min(0.05, remaining))
+            else:
+                # wake on the reconciler's next write, and look again now and then in case the
+                # change came from elsewhere (another control process, a restart)
+                await self.status_changed(key, min(1.0, remaining))
+
     # -- credentials ----------------------------------------------------------------------------
 
     async def credentials(self, project: str, name: str) -> dict[str, str]:
@@ -203,8 +224,9 @@ class QueueService:
         subject = send_subject(record.id, subject_for(project, name))
         headers = {"Content-Type": content_type} if content_type else None
         try:
-            reply = await self.conn.control.request(subject, body, timeout=SEND_TIMEOUT, headers=headers)
-        except nats.errors.NoRespondersError:
+            reply = await retry_unavailable(
+                lambda: self.conn.control.request(subject, body, timeout=SEND_TIMEOUT, headers=headers))
+        except UNAVAILABLE:
             raise Conflict(f"Queue '{name}' in project '{project}' is not ready yet.") from None
         except nats.errors.TimeoutError as exc:
             raise BrokerUnavailable(f"The broker did not confirm the message to queue '{name}' in time.") from exc
@@ -228,8 +250,8 @@ class QueueService:
         record = await self._live(project, name)
         js = self.conn.queue_js(record.id)
         try:
-            sub = await js.pull_subscribe_bind(CONSUMER, stream=stream_name(record.id))
-        except nats.errors.NoRespondersError:
+            sub = await retry_unavailable(lambda: js.pull_subscribe_bind(CONSUMER, stream=stream_name(record.id)))
+        except UNAVAILABLE:
             raise Conflict(f"Queue '{name}' in project '{project}' is not ready yet.") from None
         try:
             msgs = await sub.fetch(max_messages, timeout=max(wait, 0.05))
@@ -266,6 +288,6 @@ class QueueService:
             message = f"is not a receipt handle of queue '{name}' in project '{project}'"
             raise SpecError(f"receipt {message}.", errors=[{"field": "receipt", "message": message}]) from None
         try:
-            await self.conn.control.request(sealed["r"], b"+ACK", timeout=SEND_TIMEOUT)
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            await retry_unavailable(lambda: self.conn.control.request(sealed["r"], b"+ACK", timeout=SEND_TIMEOUT))
+        except (nats.errors.TimeoutError, *UNAVAILABLE) as exc:
             raise BrokerUnavailable(f"The broker did not confirm the delete on queue '{name}'.") from exc

@@ -18,8 +18,8 @@ from enclave_queue.testing import EnclaveStack
 
 @asynccontextmanager
 async def control_connection(stack: EnclaveStack) -> AsyncIterator[Client]:
-    """The control plane's own broker user (from the stack's master key): what an operator with
-    shell access could do, to break things on purpose."""
+    """The control plane's own broker user in the control account (from the stack's master key):
+    what an operator with shell access could do, to break things on purpose."""
     key = MasterKey.load_or_create(stack.home)
     nc = await nats.connect(stack.broker_url, nkeys_seed_str=key.nkey("control").seed)
     try:

@@ -89,7 +89,7 @@ class MasterKey:
             raise SealError(f"The sealed {purpose} is not valid.") from exc
 
     def nkey(self, role: str) -> NKey:
-        """The control plane's nkey user for ``role`` ('system' or 'control'), derived, never stored."""
+        """The control plane's nkey user for ``role`` ('system' or 'control'): derived, never stored."""
         seed = nkeys.encode_seed(self.derive(f"nkey:{role}"), nkeys.PREFIX_BYTE_USER)
         return NKey(seed=seed.decode(), public=nkeys.from_seed(seed).public_key.decode())
 

@@ -21,6 +21,8 @@ from ..auth import users
 
 SYSTEM_ACCOUNT = "SYS"
 CONTROL_ACCOUNT = "CONTROL"
+#: accounts that are not queues
+PLATFORM_ACCOUNTS = frozenset({SYSTEM_ACCOUNT, CONTROL_ACCOUNT})
 
 MAX_MEMORY_STORE = 512 * 1024 * 1024  #: bytes
 #: bytes; above the largest max_message_bytes (1 MiB) plus headers, so an oversize message gets

@@ -1,18 +1,28 @@
 """The control plane's connections to the broker.
 
-Two nkey-authenticated connections: one in the system account (config reloads, server stats)
-and one in the control account (the state store, and every queue through the imports that
-broker/config.py renders: ``jsapi.<id>`` for a queue's JetStream API, ``send.<id>.…`` for its
-subject, and the queue's own ack subjects).
+Two nkey-authenticated connections: one in the system account (config reloads, server
+stats) and one in the control account (the KV state store, and every queue through the
+imports that broker/config.py renders: ``jsapi.<id>`` for a queue's JetStream API,
+``send.<id>.…`` for its subject, and the queue's own ack subjects).
+
+During every configuration reload, nats-server 2.15 answers JetStream API requests (stream and
+consumer info, creates, KV watches) in *every* account with "no responders" for a moment
+(measured: about 3 % of API requests made during back-to-back reloads; publishes, pulls and
+acks were not affected). ``retry_unavailable`` rides that out.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import nats
+import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
@@ -23,6 +33,26 @@ from .config import jsapi_prefix
 log = logging.getLogger("enclave.broker")
 
 REQUEST_TIMEOUT = 10.0  #: seconds for a reload or stats request
+RETRY_WINDOW = 3.0  #: seconds to keep retrying a request that found no responders
+
+T = TypeVar("T")
+
+#: what a request into an account that is being reloaded looks like
+UNAVAILABLE = (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)
+
+
+async def retry_unavailable(call: Callable[[], Awaitable[T]], window: float = RETRY_WINDOW) -> T:
+    """``await call()``, again and again for up to ``window`` seconds while nobody answers."""
+    deadline = time.monotonic() + window
+    delay = 0.01
+    while True:
+        try:
+            return await call()
+        except UNAVAILABLE:
+            if time.monotonic() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
 
 async def _connect(url: str, nkey: NKey, name: str) -> Client:
@@ -30,7 +60,10 @@ async def _connect(url: str, nkey: NKey, name: str) -> Client:
         log.debug("%s connection: %s", name, exc)
 
     async def on_disconnect() -> None:
-        log.info("%s connection to the broker lost; reconnecting", name)
+        if not (holder and (holder[0].is_closed or holder[0].is_draining)):
+            log.info("%s connection to the broker lost; reconnecting", name)
+
+    holder: list[Client] = []
 
     try:
         nc = await nats.connect(
@@ -41,6 +74,7 @@ async def _connect(url: str, nkey: NKey, name: str) -> Client:
     except Exception as exc:  # nats-py raises several unrelated types here
         raise BrokerUnavailable(f"Cannot connect to the broker at {url}: {exc}") from exc
     nc.options["max_reconnect_attempts"] = -1  # one try to connect, then reconnect for ever
+    holder.append(nc)
     return nc
 
 
@@ -52,13 +86,15 @@ class BrokerConnection:
 
     @classmethod
     async def connect(cls, url: str, system: NKey, control: NKey) -> BrokerConnection:
-        sys_nc = await _connect(url, system, "system")
+        opened: list[Client] = []
         try:
-            ctl_nc = await _connect(url, control, "control")
+            for nkey, name in ((system, "system"), (control, "control")):
+                opened.append(await _connect(url, nkey, name))
         except BaseException:
-            await sys_nc.close()
+            for nc in opened:
+                await nc.close()
             raise
-        return cls(sys_nc, ctl_nc)
+        return cls(*opened)
 
     def queue_js(self, queue_id: str, timeout: float = 5) -> JetStreamContext:
         """A JetStream context that speaks to one queue account's JetStream API."""

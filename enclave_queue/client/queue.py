@@ -109,12 +109,13 @@ class Message:
 
 
 class _Pull:
-    __slots__ = ("want", "messages", "done")
+    __slots__ = ("want", "messages", "done", "unanswered")
 
     def __init__(self, want: int, done: asyncio.Future[None]) -> None:
         self.want = want
         self.messages: list[Msg] = []
         self.done = done
+        self.unanswered = False  #: the broker said "no responders" (a configuration reload)
 
 
 class Queue:
@@ -182,10 +183,36 @@ class Queue:
             raise BrokerUnavailable(f"The broker did not confirm {what} within {timeout:g} s.") from None
 
     async def _confirm(self, reply: str, payload: bytes, timeout: float = DEFAULT_TIMEOUT) -> None:
+        await self._confirm_many([(reply, payload)], timeout)
+
+    async def _confirm_many(self, acks: list[tuple[str, bytes]], timeout: float = DEFAULT_TIMEOUT) -> None:
+        """Send acknowledgements (``+ACK``, ``-NAK``, ``+WPI``) and wait until the broker confirmed
+        every one. One the broker did not take (it answers "no responders" for a moment during a
+        configuration reload) is sent again."""
         self._check_open()
-        token, future = self._new_waiter()
-        await self._nc.publish(reply, payload, reply=f"{self._mux}.{token}")
-        await self._await(token, future, timeout, "the acknowledgement")
+        deadline = asyncio.get_running_loop().time() + timeout
+        delay = 0.01
+        while acks:
+            waiting: dict[asyncio.Future[Msg], tuple[str, bytes]] = {}
+            for reply, payload in acks:
+                token, future = self._new_waiter()
+                waiting[future] = (reply, payload)
+                await self._nc.publish(reply, payload, reply=f"{self._mux}.{token}")
+            remaining = deadline - asyncio.get_running_loop().time()
+            done, pending = await asyncio.wait(waiting, timeout=max(remaining, 0.001))
+            if pending:
+                for future in pending:
+                    future.cancel()
+                raise BrokerUnavailable(f"The broker did not confirm {len(pending)} acknowledgement(s) "
+                                        f"within {timeout:g} s.")
+            acks = []
+            for future in done:
+                reply_msg = future.result()  # raises PermissionDenied, Unauthorized, RuntimeError
+                if reply_msg.headers and reply_msg.headers.get(_STATUS) == "503":
+                    acks.append(waiting[future])
+            if acks:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.25)
 
     # -- sending ----------------------------------------------------------------------------------
 
@@ -263,11 +290,12 @@ class Queue:
     async def _pull(self, batch: int, *, expires: float = 0.0) -> list[Message]:
         """One pull request: up to ``batch`` messages; waits up to ``expires`` seconds (0 = none).
         Each pull has its own inbox: delivered messages keep their original subject, so only
-        the subscription tells whose they are."""
+        the subscription tells whose they are. A request the broker did not take ("no
+        responders" during a configuration reload) is sent again."""
         self._check_open()
+        loop = asyncio.get_running_loop()
         token = f"p{next(self._ids)}"
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        pull = _Pull(batch, done)
+        pull = _Pull(batch, loop.create_future())
         self._waiting[token] = pull
 
         async def collect(msg: Msg) -> None:
@@ -278,8 +306,10 @@ class Queue:
                     return
             elif status == "100":  # idle heartbeat
                 return
-            if not done.done():
-                done.set_result(None)
+            elif status == "503":
+                pull.unanswered = True
+            if not pull.done.done():
+                pull.done.set_result(None)
 
         inbox = f"{self._mux}.pull.{token}"  # two tokens: outside the reply wildcard's reach
         sub = await self._nc.subscribe(inbox, cb=collect)
@@ -288,9 +318,17 @@ class Queue:
             request["expires"] = int(expires * 1e9)
         else:
             request["no_wait"] = True
+        deadline = loop.time() + expires + DEFAULT_TIMEOUT
+        delay = 0.01
         try:
-            await self._nc.publish(self._next_subject, json.dumps(request).encode(), reply=inbox)
-            await asyncio.wait_for(done, expires + DEFAULT_TIMEOUT)
+            while True:
+                await self._nc.publish(self._next_subject, json.dumps(request).encode(), reply=inbox)
+                await asyncio.wait_for(asyncio.shield(pull.done), max(deadline - loop.time(), 0.001))
+                if not pull.unanswered or pull.messages or loop.time() + delay > deadline:
+                    break
+                pull.unanswered, pull.done = False, loop.create_future()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.25)
         except TimeoutError:
             pass
         finally:
@@ -329,15 +367,8 @@ class Queue:
                 pending.cancel()
 
     async def delete_many(self, messages: Iterable[Message], timeout: float = DEFAULT_TIMEOUT) -> None:
-        """Delete many received messages with one round trip of waiting."""
-        self._check_open()
-        futures = []
-        for message in messages:
-            token, future = self._new_waiter()
-            futures.append((token, future))
-            await self._nc.publish(message._reply, b"+ACK", reply=f"{self._mux}.{token}")
-        for token, future in futures:
-            await self._await(token, future, timeout, "the deletes")
+        """Delete many received messages, waiting once for all the broker's confirmations."""
+        await self._confirm_many([(message._reply, b"+ACK") for message in messages], timeout)
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ import nats.js.errors
 
 from ..auth.secrets import MasterKey, generate_password, hash_password
 from ..auth.users import stream_name
-from ..broker.config import CONTROL_ACCOUNT, SYSTEM_ACCOUNT, AccountEntry, BrokerConfig, render
+from ..broker.config import PLATFORM_ACCOUNTS, AccountEntry, BrokerConfig, render
 from ..broker.connection import BrokerConnection
 from ..broker.supervisor import Supervisor
 from ..errors import EnclaveError
@@ -55,7 +55,7 @@ def accounts_in_config(text: str) -> dict[str, AccountEntry]:
     return {
         name: AccountEntry(name, body["users"][0]["password"])
         for name, body in accounts.items()
-        if name not in (SYSTEM_ACCOUNT, CONTROL_ACCOUNT)
+        if name not in PLATFORM_ACCOUNTS
     }
 
 
@@ -244,5 +244,5 @@ class Accounts:
         if not root.is_dir():
             return
         for path in root.iterdir():
-            if path.is_dir() and path.name not in keep | {SYSTEM_ACCOUNT, CONTROL_ACCOUNT, "$G", "$SYS"}:
+            if path.is_dir() and path.name not in keep | PLATFORM_ACCOUNTS | {"$G", "$SYS"}:
                 shutil.rmtree(path, ignore_errors=True)

@@ -61,6 +61,7 @@ class Reconciler:
         self._tasks: list[asyncio.Task[None]] = []
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._slots = asyncio.Semaphore(PARALLEL)
+        self._listeners: dict[str, set[asyncio.Future[None]]] = {}
 
     async def start(self) -> None:
         for key, _, _ in await self.store.queues.items():
@@ -164,7 +165,28 @@ class Reconciler:
             old.cancel()
         self._timers[key] = asyncio.get_running_loop().call_later(delay, self.enqueue, key)
 
+    async def changed(self, key: str, timeout: float) -> None:
+        """Return when the status of ``key`` changes (or the queue is gone), or after ``timeout``."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._listeners.setdefault(key, set()).add(future)
+        try:
+            await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            listeners = self._listeners.get(key)
+            if listeners is not None:
+                listeners.discard(future)
+                if not listeners:
+                    del self._listeners[key]
+
+    def _notify(self, key: str) -> None:
+        for future in self._listeners.pop(key, ()):
+            if not future.done():
+                future.set_result(None)
+
     def _forget(self, key: str) -> None:
+        self._notify(key)
         self._status.pop(key, None)
         self._failures.pop(key, None)
         timer = self._timers.pop(key, None)
@@ -243,3 +265,4 @@ class Reconciler:
         status = current.transition(state, message, reason, record.generation)
         await self.store.status.put(record.key, status)
         self._status[record.key] = status
+        self._notify(record.key)

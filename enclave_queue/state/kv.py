@@ -26,6 +26,7 @@ from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 from pydantic import BaseModel
 
+from ..broker.connection import retry_unavailable
 from ..errors import BrokerUnavailable, Conflict
 from .records import AccountRecord, QueueRecord, QueueStatus, TokenRecord
 
@@ -45,7 +46,7 @@ class Bucket(Generic[R]):
     async def get(self, key: str) -> Optional[tuple[R, int]]:
         """The record and its revision, or None."""
         try:
-            entry = await self._kv.get(key)
+            entry = await retry_unavailable(lambda: self._kv.get(key))
         except nats.js.errors.KeyNotFoundError:
             return None
         return self._model.model_validate_json(entry.value or b""), entry.revision
@@ -53,26 +54,27 @@ class Bucket(Generic[R]):
     async def create(self, key: str, record: R) -> int:
         """Store a new record; Conflict if the key exists."""
         try:
-            return await self._kv.create(key, record.model_dump_json().encode())
+            return await retry_unavailable(lambda: self._kv.create(key, record.model_dump_json().encode()))
         except nats.js.errors.KeyWrongLastSequenceError as exc:
             raise Conflict(f"{key} already exists.") from exc
 
     async def update(self, key: str, record: R, revision: int) -> int:
         """Replace the record if it is still at ``revision``; Conflict otherwise."""
         try:
-            return await self._kv.update(key, record.model_dump_json().encode(), last=revision)
+            return await retry_unavailable(
+                lambda: self._kv.update(key, record.model_dump_json().encode(), last=revision))
         except nats.js.errors.KeyWrongLastSequenceError as exc:
             raise Conflict(f"{key} changed while it was being updated.") from exc
 
     async def put(self, key: str, record: R) -> int:
-        return await self._kv.put(key, record.model_dump_json().encode())
+        return await retry_unavailable(lambda: self._kv.put(key, record.model_dump_json().encode()))
 
     async def delete(self, key: str) -> None:
-        await self._kv.purge(key)
+        await retry_unavailable(lambda: self._kv.purge(key))
 
     async def items(self, pattern: str = ">") -> list[tuple[str, R, int]]:
         """Every (key, record, revision) whose key matches ``pattern`` (a NATS subject pattern)."""
-        watcher = await self._kv.watch(pattern, ignore_deletes=True)
+        watcher = await retry_unavailable(lambda: self._kv.watch(pattern, ignore_deletes=True))
         items: list[tuple[str, R, int]] = []
         try:
             while True:

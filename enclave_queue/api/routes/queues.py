@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Request, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 
 from ...errors import SpecError
 from ...service import QueueService
 from ...spec import Queue, parse_patch, parse_spec
 
 router = APIRouter(prefix="/v1/projects/{project}/queues")
+
+MAX_WAIT_SECONDS = 60.0
 
 
 def service(request: Request) -> QueueService:
@@ -54,7 +56,12 @@ async def delete_queue(project: str, name: str, request: Request) -> dict[str, s
 
 
 @router.get("/{name}/status")
-async def queue_status(project: str, name: str, request: Request) -> dict[str, Any]:
+async def queue_status(project: str, name: str, request: Request,
+                       wait_seconds: float = Query(0, ge=0, le=MAX_WAIT_SECONDS)) -> dict[str, Any]:
+    """The queue's state. With ``wait_seconds``, answer once the latest spec is applied (Ready or
+    Errored) or when that time is up; a deleted queue answers 404 once it is gone."""
+    if wait_seconds:
+        return await service(request).wait_settled(project, name, wait_seconds)
     return await service(request).status(project, name)
 
 
