@@ -20,7 +20,7 @@ Json = Annotated[bool, typer.Option("--json", help="Print the API's JSON object.
 Wait = Annotated[bool, typer.Option("--wait", help="Return once the queue is Ready.")]
 Name = Annotated[str, typer.Argument(help="Queue name.")]
 VisibilityTimeout = Annotated[Optional[int], typer.Option("--visibility-timeout-seconds", help="Seconds a received message stays hidden (1–43200; default 30).")]
-MaxReceives = Annotated[Optional[int], typer.Option("--max-receives", help="Receives before dead-lettering (0–1000; 0 = no limit).")]
+MaxReceives = Annotated[Optional[int], typer.Option("--max-receives", help="Receives allowed per message (0–1000; 0 = no limit).")]
 DeadLetterQueue = Annotated[Optional[str], typer.Option("--dead-letter-queue", help="Queue in the same project that receives dead letters.")]
 RetentionHours = Annotated[Optional[int], typer.Option("--retention-hours", help="Hours a message is kept (1–336; default 96).")]
 MaxMessageBytes = Annotated[Optional[int], typer.Option("--max-message-bytes", help="Largest message (1024–1048576; default 262144).")]
@@ -136,7 +136,7 @@ def delete(
 @app.command()
 def credentials(
     name: Name, project: Project = None, json: Json = False,
-    env: Annotated[bool, typer.Option("--env", help="Print shell exports for the SDK's connect_from_env().")] = False,
+    env: Annotated[bool, typer.Option("--env", help="Print shell exports (ENCLAVE_QUEUE_*) that the SDK's connect() reads.")] = False,
 ) -> None:
     """Print what an app needs to use the queue with any NATS client."""
     with api() as client:

@@ -110,7 +110,8 @@ class Runtime:
             write_private(path, json.dumps({**data, "broker_pid": self.supervisor.pid}) + "\n")
 
     async def _ensure_admin_token(self) -> None:
-        """On the first start, create the admin token and write it to ENCLAVE_HOME/admin-token (0600)."""
+        """Create the admin token on the first start and write it to ENCLAVE_HOME/admin-token (0600).
+        Without that file (deleted to rotate the token), a new admin token replaces the old one."""
         assert self.store is not None
         path = self.settings.home / ADMIN_TOKEN_FILE
         if path.exists():
@@ -121,6 +122,9 @@ class Runtime:
         with contextlib.suppress(Conflict):
             await self.store.tokens.create(token_digest(token), TokenRecord(name="admin"))
         write_private(path, token + "\n")
+        for digest, record, _ in await self.store.tokens.items():
+            if record.name == "admin" and digest != token_digest(token):
+                await self.store.tokens.delete(digest)
         log.info("admin token written to %s", path)
 
     async def token_name(self, digest: str) -> Optional[str]:

@@ -24,13 +24,21 @@ from .broker.config import send_subject
 from .broker.connection import UNAVAILABLE, BrokerConnection, retry_unavailable
 from .controller.accounts import Accounts
 from .errors import BrokerUnavailable, Conflict, EnclaveError, MessageTooLarge, NotFound, SpecError
-from .spec import Queue, QueuePatch, QueueSpec, password_secret_name, queue_key, subject_for
+from .spec import (
+    MAX_RECEIVE,
+    MAX_RECEIVE_WAIT,
+    Queue,
+    QueuePatch,
+    QueueSpec,
+    password_secret_name,
+    queue_key,
+    rule,
+    subject_for,
+)
 from .state.kv import Store
 from .state.records import QueueRecord, QueueStatus
 
 RECEIPT_PURPOSE = "receipt"
-MAX_RECEIVE = 100  #: messages one receive by hand may take
-MAX_WAIT = 20.0  #: seconds a receive by hand may wait
 SEND_TIMEOUT = 5.0  #: seconds
 
 
@@ -241,12 +249,11 @@ class QueueService:
     async def receive(self, project: str, name: str, max_messages: int = 1, wait: float = 1.0) -> list[dict[str, Any]]:
         """Take up to ``max_messages`` messages, waiting up to ``wait`` seconds for the first.
         Each stays hidden for the visibility timeout unless deleted by its receipt."""
-        if not 1 <= max_messages <= MAX_RECEIVE:
-            raise SpecError(f"max must be an integer from 1 to {MAX_RECEIVE} (got {max_messages}).",
-                            errors=[{"field": "max", "message": f"must be an integer from 1 to {MAX_RECEIVE}"}])
-        if not 0 <= wait <= MAX_WAIT:
-            raise SpecError(f"wait must be a number of seconds from 0 to {MAX_WAIT:g} (got {wait}).",
-                            errors=[{"field": "wait", "message": f"must be a number from 0 to {MAX_WAIT:g}"}])
+        for field, value, ok in (("max", max_messages, 1 <= max_messages <= MAX_RECEIVE),
+                                 ("wait", wait, 0 <= wait <= MAX_RECEIVE_WAIT)):
+            if not ok:
+                message = f"must be {rule(field)} (got {value!r})"
+                raise SpecError(f"{field} {message}.", errors=[{"field": field, "message": message}])
         record = await self._live(project, name)
         js = self.conn.queue_js(record.id)
         try:
@@ -264,7 +271,8 @@ class QueueService:
 
     def _received(self, record: QueueRecord, msg: Any, hidden_until: datetime) -> dict[str, Any]:
         meta = msg.metadata
-        receipt = self.master.seal(json.dumps({"r": msg.reply, "t": time.time()}).encode(), RECEIPT_PURPOSE, record.id)
+        receipt = self.master.seal(json.dumps({"r": msg.reply, "until": hidden_until.timestamp()}).encode(),
+                                   RECEIPT_PURPOSE, record.id)
         out: dict[str, Any] = {
             "receipt": receipt,
             "sequence": meta.sequence.stream,
@@ -287,6 +295,10 @@ class QueueService:
         except (SealError, ValueError):
             message = f"is not a receipt handle of queue '{name}' in project '{project}'"
             raise SpecError(f"receipt {message}.", errors=[{"field": "receipt", "message": message}]) from None
+        if time.time() > sealed["until"]:
+            expired = datetime.fromtimestamp(sealed["until"], UTC).isoformat(timespec="seconds")
+            raise Conflict(f"The receipt expired at {expired} with its visibility timeout; the message may "
+                           "have been received again. Receive it again to delete it.")
         try:
             await retry_unavailable(lambda: self.conn.control.request(sealed["r"], b"+ACK", timeout=SEND_TIMEOUT))
         except (nats.errors.TimeoutError, *UNAVAILABLE) as exc:

@@ -124,9 +124,12 @@ class ClientSettings:
 
 
 def _running_api_url(home: Path) -> str | None:
+    """The API URL of the ``enclave up`` running on ``home``, if its process is alive."""
     try:
-        return json.loads((home / RUNTIME_FILE).read_text())["api_url"]
-    except (OSError, ValueError, KeyError):
+        data = json.loads((home / RUNTIME_FILE).read_text())
+        os.kill(int(data["pid"]), 0)
+        return data["api_url"]
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 

@@ -40,8 +40,20 @@ def _bounded(field: str, *, default: bool = True) -> Any:
     return Field(dflt if default else None, ge=low, le=high)
 
 
+MAX_RECEIVE = 100  #: messages one receive by hand may take
+MAX_RECEIVE_WAIT = 20  #: seconds a receive by hand may wait
+
+#: rules of request fields that are not queue settings (messages by hand)
+REQUEST_RULES = {
+    "max": f"an integer from 1 to {MAX_RECEIVE}",
+    "wait": f"a number of seconds from 0 to {MAX_RECEIVE_WAIT}",
+}
+
+
 def rule(field: str) -> str:
     """The rule a field's value must follow, as a phrase ('an integer from 1 to 336')."""
+    if field in REQUEST_RULES:
+        return REQUEST_RULES[field]
     if field in LIMITS:
         low, _, high = LIMITS[field]
         return f"an integer from {low} to {high}"
@@ -143,6 +155,8 @@ def _field_message(error: dict[str, Any]) -> tuple[str, str]:
     given = error.get("input")
     if kind == "missing":
         return field, "is required"
+    if kind == "json_invalid":
+        return "body", f"is not valid JSON ({error.get('ctx', {}).get('error', 'parse error')})"
     if kind == "extra_forbidden":
         return field, "is not a queue setting"
     if kind == "value_error" and field == "body":

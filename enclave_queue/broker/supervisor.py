@@ -3,8 +3,8 @@
 The supervisor validates every configuration with ``nats-server -t -c`` before it is used, writes
 it atomically (a bad configuration never replaces a good one), starts the server, restarts it
 when it dies (from the last good configuration), and stops it by PID. Reloads are requested by
-the caller through ``$SYS.REQ.SERVER.<id>.RELOAD`` (see broker/connection.py); SIGHUP is the
-fallback when no system connection is up.
+the caller through ``$SYS.REQ.SERVER.<id>.RELOAD`` (see broker/connection.py), which answers
+once the server has applied the file (SIGHUP would give no such answer).
 """
 
 from __future__ import annotations
@@ -177,11 +177,6 @@ class Supervisor:
             self.restarts += 1
             if self.on_restart is not None:
                 await self.on_restart()
-
-    def sighup(self) -> None:
-        """Ask the server to reload its configuration file (no completion signal)."""
-        if self._proc and self._proc.returncode is None:
-            self._proc.send_signal(signal.SIGHUP)
 
     async def stop(self) -> None:
         """Stop the server by PID: SIGTERM, then SIGKILL after STOP_TIMEOUT."""

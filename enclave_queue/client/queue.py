@@ -133,6 +133,7 @@ class Queue:
         self._closed = False
         self._broken: Optional[EnclaveError] = None  #: why the broker cut us off for good
         self._closing: Optional[asyncio.Task[None]] = None
+        self._prefetches: set[asyncio.Task[list[Message]]] = set()  #: receives ``messages()`` started early
 
     async def _start(self) -> None:
         self._sub = await self._nc.subscribe(f"{self._mux}.*", cb=self._on_reply)
@@ -351,20 +352,25 @@ class Queue:
         return messages
 
     async def messages(self, batch: int = 100, wait: float = 5.0) -> AsyncIterator[Message]:
-        """Every message as it comes, fetching the next batch while the current one is handled.
-        Stops when nothing arrives for ``wait`` seconds."""
-        pending = asyncio.ensure_future(self.receive(batch, wait))
+        """Every message as it comes, fetching the next batch while the current one is handled
+        (so up to two batches are leased at once). Stops when nothing arrives for ``wait`` seconds."""
+        pending = self._prefetch(batch, wait)
         try:
             while True:
                 current = await pending
                 if not current:
                     return
-                pending = asyncio.ensure_future(self.receive(batch, wait))
+                pending = self._prefetch(batch, wait)
                 for message in current:
                     yield message
         finally:
-            if not pending.done():
-                pending.cancel()
+            pending.cancel()
+
+    def _prefetch(self, batch: int, wait: float) -> asyncio.Task[list[Message]]:
+        task = asyncio.ensure_future(self.receive(batch, wait))
+        self._prefetches.add(task)
+        task.add_done_callback(self._prefetches.discard)
+        return task
 
     async def delete_many(self, messages: Iterable[Message], timeout: float = DEFAULT_TIMEOUT) -> None:
         """Delete many received messages, waiting once for all the broker's confirmations."""
@@ -377,6 +383,8 @@ class Queue:
         if self._closed:
             return
         self._closed = True
+        for task in list(self._prefetches):  # an iteration left early: its next batch is not wanted
+            task.cancel()
         self._fail_all(RuntimeError("Client is closed."))
         if self._closing is not None:
             await self._closing

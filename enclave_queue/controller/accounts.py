@@ -27,7 +27,7 @@ from typing import Optional
 import nats.errors
 import nats.js.errors
 
-from ..auth.secrets import MasterKey, generate_password, hash_password
+from ..auth.secrets import MasterKey, SealError, generate_password, hash_password
 from ..auth.users import stream_name
 from ..broker.config import PLATFORM_ACCOUNTS, AccountEntry, BrokerConfig, render
 from ..broker.connection import BrokerConnection
@@ -39,6 +39,9 @@ from ..state.records import AccountRecord
 log = logging.getLogger("enclave.controller")
 
 SEAL_PURPOSE = "queue-password"
+#: seconds between the end of one reload and the start of the next: changes that arrive
+#: meanwhile share the next reload (each reload briefly disturbs every account's JetStream API)
+RELOAD_GAP = 0.05
 
 
 def new_account_id() -> str:
@@ -52,11 +55,14 @@ def accounts_in_config(text: str) -> dict[str, AccountEntry]:
         accounts = json.loads(text)["accounts"]
     except (ValueError, KeyError, TypeError):
         return {}
-    return {
-        name: AccountEntry(name, body["users"][0]["password"])
-        for name, body in accounts.items()
-        if name not in PLATFORM_ACCOUNTS
-    }
+    entries = {}
+    for name, body in accounts.items():
+        try:
+            if name not in PLATFORM_ACCOUNTS:
+                entries[name] = AccountEntry(name, body["users"][0]["password"])
+        except (KeyError, IndexError, TypeError):
+            continue  # not a queue account of ours: the next render drops it
+    return entries
 
 
 class Accounts:
@@ -75,6 +81,7 @@ class Accounts:
         self._requested = 0
         self._done = 0
         self._loaded_text: Optional[str] = None
+        self._last_reload = 0.0  #: monotonic time the last reload ended
         self._refill: Optional[asyncio.Task[None]] = None
         self._claiming = asyncio.Lock()
 
@@ -97,6 +104,7 @@ class Accounts:
         broker in step with the records."""
         self.store, self.conn = store, conn
         self._records = {key: (record, revision) for key, record, revision in await store.accounts.items()}
+        self.check_master_key()
         owners = {record.id for _, record, _ in await store.queues.items()}
         for record, _ in list(self._records.values()):
             if record.owner is not None and record.id not in owners:
@@ -124,14 +132,20 @@ class Accounts:
         async with self._lock:
             if self._done >= ticket:
                 return
+            gap = self._last_reload + RELOAD_GAP - time.monotonic()
+            if gap > 0:
+                await asyncio.sleep(gap)  # let more changes join this reload
             target = self._requested
             entries = self.entries()
             text = render(replace(self.base, accounts=entries))
-            await self.supervisor.write_config(text)
-            if text != self._loaded_text:
+            rewritten = await self.supervisor.write_config(text)  # True: the file had been changed
+            if rewritten or text != self._loaded_text:
                 started = time.perf_counter()
                 assert self.conn is not None
-                await self.conn.reload()
+                try:
+                    await self.conn.reload()
+                finally:
+                    self._last_reload = time.monotonic()
                 self.reload_seconds += time.perf_counter() - started
                 self.reloads += 1
                 self._loaded_text = text
@@ -159,6 +173,19 @@ class Accounts:
         if record is None:
             raise EnclaveError(f"Account {account_id} does not exist.")
         return self.master.unseal(record.sealed_password, SEAL_PURPOSE, record.id).decode()
+
+    def check_master_key(self) -> None:
+        """Fail fast if the master key cannot open this data dir's sealed passwords (for example
+        ENCLAVE_MASTER_KEY set to another key than the one the data dir was created with)."""
+        for record, _ in self._records.values():
+            try:
+                self.master.unseal(record.sealed_password, SEAL_PURPOSE, record.id)
+            except SealError:
+                raise EnclaveError(
+                    "The master key does not open this data directory's secrets: ENCLAVE_MASTER_KEY or "
+                    "master.key is not the key the data directory was created with."
+                ) from None
+            return
 
     def pooled(self) -> list[AccountRecord]:
         return [r for r, _ in self._records.values() if r.owner is None]

@@ -158,3 +158,29 @@ def test_bad_message_input_is_refused_and_loses_nothing(stack, http, unique_name
     other = f"/v1/projects/default/queues/{unique_name}-b/messages"
     problem(http.delete(f"{other}/{message['receipt']}"), 422)
     assert http.delete(f"{base}/{message['receipt']}").status_code == 204
+
+
+def test_malformed_json_and_an_empty_receive_body(stack, http, unique_name):
+    make_queue(stack, unique_name)
+    response = http.post("/v1/projects/default/queues", content=b'{"name": ', headers={"content-type": "application/json"})
+    body = problem(response, 422)
+    assert body["detail"].startswith("body is not valid JSON")
+    response = http.post(f"/v1/projects/default/queues/{unique_name}/messages/receive")
+    assert response.status_code == 200 and response.json() == {"messages": []}
+    body = problem(http.post(f"/v1/projects/default/queues/{unique_name}/messages/receive", json={"max": 500}), 422)
+    assert body["detail"] == "max must be an integer from 1 to 100 (got 500)."
+
+
+def test_a_receipt_expires_with_its_visibility_timeout(stack, http, unique_name):
+    import time
+
+    make_queue(stack, unique_name, visibility_timeout_seconds=1)
+    base = f"/v1/projects/default/queues/{unique_name}/messages"
+    http.post(base, json={"body": "late"})
+    (message,) = http.post(f"{base}/receive", json={"wait": 1}).json()["messages"]
+    time.sleep(1.2)
+    body = problem(http.delete(f"{base}/{message['receipt']}"), 409)
+    assert body["detail"].startswith("The receipt expired at ")
+    (again,) = http.post(f"{base}/receive", json={"wait": 2}).json()["messages"]
+    assert again["receive_count"] == 2
+    assert http.delete(f"{base}/{again['receipt']}").status_code == 204

@@ -6,7 +6,6 @@ creates — with "no responders" for a moment, in every account; publishes, pull
 not affected in our measurements. The control plane and the SDK retry either kind.)
 """
 
-import asyncio
 import threading
 
 from enclave_queue.client import connect

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import SpecError
-from ...service import MAX_RECEIVE, MAX_WAIT
+from ...spec import MAX_RECEIVE, MAX_RECEIVE_WAIT
 
 router = APIRouter(prefix="/v1/projects/{project}/queues/{name}/messages")
 
@@ -30,7 +30,7 @@ class SendRequest(BaseModel):
 class ReceiveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max: int = Field(1, ge=1, le=MAX_RECEIVE)
-    wait: float = Field(1.0, ge=0, le=MAX_WAIT)
+    wait: float = Field(1.0, ge=0, le=MAX_RECEIVE_WAIT)
 
 
 def encode_body(request: SendRequest) -> tuple[bytes, Optional[str]]:
@@ -58,7 +58,9 @@ async def send_message(project: str, name: str, body: SendRequest, request: Requ
 
 
 @router.post("/receive")
-async def receive_messages(project: str, name: str, body: ReceiveRequest, request: Request) -> dict[str, Any]:
+async def receive_messages(project: str, name: str, request: Request,
+                           body: Optional[ReceiveRequest] = None) -> dict[str, Any]:
+    body = body or ReceiveRequest()
     messages = await request.app.state.runtime.service.receive(project, name, body.max, body.wait)
     return {"messages": messages}
 
