@@ -13,7 +13,7 @@ from typer.exceptions import Abort, Exit, TyperException
 
 from enclave_queue.errors import EnclaveError
 
-from . import queue, server
+from . import deadletters, queue, server  # noqa: F401 - deadletters adds commands to queue
 
 app = typer.Typer(
     name="enclave",

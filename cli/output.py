@@ -12,7 +12,7 @@ from rich.table import Table
 
 #: piped output is never cut to a terminal's width
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 1000)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 1000)
 
 #: the list's columns: field -> header
 QUEUE_COLUMNS = {

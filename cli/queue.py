@@ -24,6 +24,15 @@ MaxReceives = Annotated[Optional[int], typer.Option("--max-receives", help="Rece
 DeadLetterQueue = Annotated[Optional[str], typer.Option("--dead-letter-queue", help="Queue in the same project that receives dead letters.")]
 RetentionHours = Annotated[Optional[int], typer.Option("--retention-hours", help="Hours a message is kept (1–336; default 96).")]
 MaxMessageBytes = Annotated[Optional[int], typer.Option("--max-message-bytes", help="Largest message (1024–1048576; default 262144).")]
+RetryBackoff = Annotated[Optional[str], typer.Option("--retry-backoff-seconds", help="Seconds before each retry, comma-separated (e.g. 5,30,120; the last repeats).")]
+
+
+def backoff_list(text: Optional[str]) -> Optional[list[object]]:
+    """'5,30,120' -> [5, 30, 120]; a part that is no integer goes to the API as it is, to be refused there."""
+    if text is None:
+        return None
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    return [int(p) if p.lstrip("-").isdigit() else p for p in parts]
 
 ENV_PREFIX = "ENCLAVE_QUEUE_"
 
@@ -46,13 +55,15 @@ def create(
     name: Name, project: Project = None,
     visibility_timeout_seconds: VisibilityTimeout = None, max_receives: MaxReceives = None,
     dead_letter_queue: DeadLetterQueue = None, retention_hours: RetentionHours = None,
-    max_message_bytes: MaxMessageBytes = None, wait: Wait = False, json: Json = False,
+    max_message_bytes: MaxMessageBytes = None, retry_backoff_seconds: RetryBackoff = None,
+    wait: Wait = False, json: Json = False,
 ) -> None:
     """Create a queue."""
     project = project_of(project)
     spec = settings_from_options(
         name=name, visibility_timeout_seconds=visibility_timeout_seconds, max_receives=max_receives,
         dead_letter_queue=dead_letter_queue, retention_hours=retention_hours, max_message_bytes=max_message_bytes,
+        retry_backoff_seconds=backoff_list(retry_backoff_seconds),
     )
     with api() as client:
         queue = client.create_queue(project, spec)
@@ -85,7 +96,8 @@ def status(name: Name, project: Project = None, json: Json = False) -> None:
     if json:
         print_json(data)
         return
-    show_object({k: data[k] for k in ("state", "message", "generation", "observed_generation")})
+    show_object({k: data[k] for k in ("state", "message", "generation", "observed_generation", "dead_lettered",
+                                      "discarded")})
     show_list(data["conditions"], {"type": "CONDITION", "status": "STATUS", "reason": "REASON", "message": "MESSAGE",
                                    "last_transition_time": "SINCE"})
 
@@ -97,6 +109,8 @@ def update(
     dead_letter_queue: DeadLetterQueue = None,
     no_dead_letter_queue: Annotated[bool, typer.Option("--no-dead-letter-queue", help="Remove the dead-letter queue.")] = False,
     retention_hours: RetentionHours = None, max_message_bytes: MaxMessageBytes = None,
+    retry_backoff_seconds: RetryBackoff = None,
+    no_retry_backoff: Annotated[bool, typer.Option("--no-retry-backoff", help="Remove the retry schedule.")] = False,
     wait: Wait = False, json: Json = False,
 ) -> None:
     """Change a queue's settings in place."""
@@ -104,9 +118,12 @@ def update(
     changes = settings_from_options(
         visibility_timeout_seconds=visibility_timeout_seconds, max_receives=max_receives,
         dead_letter_queue=dead_letter_queue, retention_hours=retention_hours, max_message_bytes=max_message_bytes,
+        retry_backoff_seconds=backoff_list(retry_backoff_seconds),
     )
     if no_dead_letter_queue:
         changes["dead_letter_queue"] = None
+    if no_retry_backoff:
+        changes["retry_backoff_seconds"] = None
     with api() as client:
         queue = client.update_queue(project, name, changes)
         if wait:

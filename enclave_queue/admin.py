@@ -110,6 +110,29 @@ class AdminClient:
             if time.monotonic() > deadline:
                 raise Timeout(f"Queue '{name}' was not deleted after {timeout:g} s: {status['message']}")
 
+    # -- dead letters ---------------------------------------------------------------------------
+
+    def list_dead_letters(self, project: str, name: str, limit: int = 50, after: int = 0) -> dict[str, Any]:
+        return self.request("GET", f"{self._queues(project)}/{name}/dead-letters",
+                            params={"limit": limit, "after": after})
+
+    def retry_dead_letter(self, project: str, name: str, seq: int) -> dict[str, Any]:
+        return self.request("POST", f"{self._queues(project)}/{name}/dead-letters/{seq}/retry")
+
+    def discard_dead_letter(self, project: str, name: str, seq: int) -> None:
+        self.request("DELETE", f"{self._queues(project)}/{name}/dead-letters/{seq}")
+
+    def start_redrive(self, project: str, name: str, **options: Any) -> dict[str, Any]:
+        """Options: to, max, rate, filter_error, dry_run. Returns the task (poll redrive_status)."""
+        body = {k: v for k, v in options.items() if v is not None}
+        return self.request("POST", f"{self._queues(project)}/{name}/redrives", json=body)
+
+    def redrive_status(self, project: str, name: str, task_id: str) -> dict[str, Any]:
+        return self.request("GET", f"{self._queues(project)}/{name}/redrives/{task_id}")
+
+    def cancel_redrive(self, project: str, name: str, task_id: str) -> dict[str, Any]:
+        return self.request("DELETE", f"{self._queues(project)}/{name}/redrives/{task_id}")
+
     # -- messages -------------------------------------------------------------------------------
 
     def send(self, project: str, name: str, body: Any = None, *, body_base64: Optional[str] = None) -> dict[str, Any]:

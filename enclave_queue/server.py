@@ -26,6 +26,7 @@ from .broker.config import BrokerConfig
 from .broker.connection import BrokerConnection
 from .broker.supervisor import Supervisor, free_port
 from .controller.accounts import Accounts
+from .controller.deadletters import DeadLetters
 from .controller.reconciler import Reconciler
 from .errors import Conflict
 from .service import QueueService
@@ -55,6 +56,7 @@ class Runtime:
         self.conn: Optional[BrokerConnection] = None
         self.store: Optional[Store] = None
         self.reconciler: Optional[Reconciler] = None
+        self.dead_letters: Optional[DeadLetters] = None
         self.service: Optional[QueueService] = None
         self.api_url = ""
         self.ready = False
@@ -91,7 +93,10 @@ class Runtime:
         self.store = await Store.open(self.conn.js)
         await self.accounts.attach(self.store, self.conn)
         await self._ensure_admin_token()
-        self.reconciler = Reconciler(self.store, self.conn, self.accounts, s.resync_seconds)
+        self.dead_letters = DeadLetters(self.store, self.conn, s.sweep_seconds)
+        await self.dead_letters.start()
+        self.reconciler = Reconciler(self.store, self.conn, self.accounts, s.resync_seconds,
+                                     on_deleted=self.dead_letters.forget)
         await self.reconciler.start()
         self.service = QueueService(self.store, self.conn, self.accounts, self.master,
                                     lambda: self.broker_url, s.internal_broker_url, self.reconciler.changed)
@@ -178,8 +183,12 @@ class Runtime:
             self._http.should_exit = True
             with contextlib.suppress(Exception):
                 await self._http_task
+        if self.service is not None:
+            await self.service.dead_letters.stop()
         if self.reconciler is not None:
             await self.reconciler.stop()
+        if self.dead_letters is not None:
+            await self.dead_letters.stop()
         if self.accounts is not None:
             await self.accounts.stop()
         if self.conn is not None:

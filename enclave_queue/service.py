@@ -24,6 +24,7 @@ from .broker.config import send_subject
 from .broker.connection import UNAVAILABLE, BrokerConnection, retry_unavailable
 from .controller.accounts import Accounts
 from .errors import BrokerUnavailable, Conflict, EnclaveError, MessageTooLarge, NotFound, SpecError
+from .redrive import DeadLetterOps
 from .spec import (
     MAX_RECEIVE,
     MAX_RECEIVE_WAIT,
@@ -52,6 +53,7 @@ class QueueService:
                  status_changed: Optional[Callable[[str, float], Awaitable[None]]] = None) -> None:
         self.store = store
         self.status_changed = status_changed
+        self.dead_letters = DeadLetterOps(self)
         self.conn = conn
         self.accounts = accounts
         self.master = master
@@ -78,7 +80,8 @@ class QueueService:
             raise _queue_missing(project, name)
         return found
 
-    async def _live(self, project: str, name: str) -> QueueRecord:
+    async def live(self, project: str, name: str) -> QueueRecord:
+        """The record of a queue that exists and is not being deleted; NotFound otherwise."""
         record, _ = await self._get(project, name)
         if record.deleting:
             raise _queue_missing(project, name)
@@ -89,7 +92,7 @@ class QueueService:
         return [self.view(r) for _, r, _ in sorted(records, key=lambda item: item[0]) if not r.deleting]
 
     async def get(self, project: str, name: str) -> Queue:
-        return self.view(await self._live(project, name))
+        return self.view(await self.live(project, name))
 
     async def _check_dead_letter_queue(self, spec: QueueSpec) -> None:
         dlq = spec.dead_letter_queue
@@ -170,12 +173,15 @@ class QueueService:
             state, message = "Deleting", "Waiting for the controller to delete the queue."
         elif not record.deleting and status.observed_generation < record.generation:
             state, message = "Reconciling", f"Waiting for the controller to apply generation {record.generation}."
+        counts = await self.store.counts(record.key)
         return {
             "state": state,
             "message": message,
             "generation": record.generation,
             "observed_generation": status.observed_generation,
             "conditions": [c.model_dump(mode="json") for c in status.conditions],
+            "dead_lettered": counts.dead_lettered,
+            "discarded": counts.discarded,
         }
 
     async def wait_settled(self, project: str, name: str, timeout: float) -> dict[str, Any]:
@@ -200,7 +206,7 @@ class QueueService:
 
     async def credentials(self, project: str, name: str) -> dict[str, str]:
         """What a raw NATS client needs to use the queue."""
-        record = await self._live(project, name)
+        record = await self.live(project, name)
         return {
             "broker_url": self.broker_url(),
             "username": username(record.id),
@@ -223,7 +229,7 @@ class QueueService:
 
     async def send(self, project: str, name: str, body: bytes, content_type: Optional[str] = None) -> dict[str, Any]:
         """Publish one message and wait for the broker to store it."""
-        record = await self._live(project, name)
+        record = await self.live(project, name)
         limit = record.spec.max_message_bytes
         if len(body) > limit:
             raise MessageTooLarge(
@@ -254,7 +260,7 @@ class QueueService:
             if not ok:
                 message = f"must be {rule(field)} (got {value!r})"
                 raise SpecError(f"{field} {message}.", errors=[{"field": field, "message": message}])
-        record = await self._live(project, name)
+        record = await self.live(project, name)
         js = self.conn.queue_js(record.id)
         try:
             sub = await retry_unavailable(lambda: js.pull_subscribe_bind(CONSUMER, stream=stream_name(record.id)))
@@ -289,7 +295,7 @@ class QueueService:
 
     async def delete_message(self, project: str, name: str, receipt: str) -> None:
         """Delete a received message by its receipt handle (acknowledge it to the broker)."""
-        record = await self._live(project, name)
+        record = await self.live(project, name)
         try:
             sealed = json.loads(self.master.unseal(receipt, RECEIPT_PURPOSE, record.id))
         except (SealError, ValueError):

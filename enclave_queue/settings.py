@@ -72,6 +72,7 @@ class EnclaveSettings:
     master_key: str | None = field(default=None, repr=False)
     resync_seconds: float = 30.0  #: seconds between full reconciles (jittered ±20%)
     account_pool: int = 4  #: ready-made broker accounts kept spare so a create needs no reload
+    sweep_seconds: float = 15.0  #: seconds between dead-letter sweeps (for messages whose advisory never came)
     log_level: str = "info"
 
     @classmethod
@@ -91,6 +92,7 @@ class EnclaveSettings:
             master_key=env.get("ENCLAVE_MASTER_KEY") or None,
             resync_seconds=_float(env, "ENCLAVE_RESYNC_SECONDS", 30.0, 0.2, 86400.0),
             account_pool=_int(env, "ENCLAVE_ACCOUNT_POOL", 4, 0, 1000),
+            sweep_seconds=_float(env, "ENCLAVE_SWEEP_SECONDS", 15.0, 0.2, 86400.0),
             log_level=(env.get("ENCLAVE_LOG_LEVEL") or "info").lower(),
         )
         return replace(settings, **overrides) if overrides else settings  # type: ignore[arg-type]

@@ -31,8 +31,15 @@ LIMITS: dict[str, tuple[int, int, int]] = {
     "visibility_timeout_seconds": (1, 30, 43200),
 }
 
+#: retry_backoff_seconds: at most this many entries, each within the visibility timeout's range
+MAX_BACKOFF_STEPS = 20
+BACKOFF_RULE = (f"a list of 1–{MAX_BACKOFF_STEPS} whole seconds, each from {LIMITS['visibility_timeout_seconds'][0]} "
+                f"to {LIMITS['visibility_timeout_seconds'][2]}")
+BackoffStep = Annotated[int, Field(ge=LIMITS["visibility_timeout_seconds"][0], le=LIMITS["visibility_timeout_seconds"][2])]
+Backoff = Annotated[tuple[BackoffStep, ...], Field(min_length=1, max_length=MAX_BACKOFF_STEPS)]
+
 #: the settings that can change on a live queue (name and project cannot)
-MUTABLE = ("dead_letter_queue", *LIMITS)
+MUTABLE = ("dead_letter_queue", *LIMITS, "retry_backoff_seconds")
 
 
 def _bounded(field: str, *, default: bool = True) -> Any:
@@ -47,6 +54,9 @@ MAX_RECEIVE_WAIT = 20  #: seconds a receive by hand may wait
 REQUEST_RULES = {
     "max": f"an integer from 1 to {MAX_RECEIVE}",
     "wait": f"a number of seconds from 0 to {MAX_RECEIVE_WAIT}",
+    "limit": "an integer from 1 to 500",
+    "after": "a sequence number (0 or more)",
+    "filter_error": "a text of 1 to 1024 characters",
 }
 
 
@@ -61,6 +71,8 @@ def rule(field: str) -> str:
         return PROJECT_RULE
     if field in ("name", "dead_letter_queue"):
         return NAME_RULE
+    if field == "retry_backoff_seconds":
+        return BACKOFF_RULE
     return "valid"
 
 
@@ -76,12 +88,28 @@ class QueueSpec(BaseModel):
     max_receives: int = _bounded("max_receives")  #: 0 = no limit
     retention_hours: int = _bounded("retention_hours")
     visibility_timeout_seconds: int = _bounded("visibility_timeout_seconds")
+    #: seconds before each retry (the last repeats): the lease of each receive, and the delay of
+    #: a nack() without one; None = the visibility timeout for every receive, nacks at once
+    retry_backoff_seconds: Optional[Backoff] = None
 
     @model_validator(mode="after")
-    def _not_its_own_dlq(self) -> QueueSpec:
+    def _cross_field_rules(self) -> QueueSpec:
         if self.dead_letter_queue == self.name:
             raise ValueError("dead_letter_queue must name another queue, not the queue itself")
+        backoff = self.retry_backoff_seconds
+        if backoff and self.max_receives and len(backoff) >= self.max_receives:
+            raise ValueError(
+                f"retry_backoff_seconds must have fewer entries than max_receives ({self.max_receives}): "
+                f"a schedule of {len(backoff)} retries needs at least {len(backoff) + 1} receives"
+            )
         return self
+
+    def retry_delay(self, receive_count: int) -> float:
+        """Seconds before retrying a message after its ``receive_count``-th receive (0: at once)."""
+        backoff = self.retry_backoff_seconds
+        if not backoff:
+            return 0.0
+        return float(backoff[min(max(receive_count, 1), len(backoff)) - 1])
 
     @property
     def key(self) -> str:
@@ -103,12 +131,13 @@ class QueuePatch(BaseModel):
     max_receives: Optional[int] = _bounded("max_receives", default=False)
     retention_hours: Optional[int] = _bounded("retention_hours", default=False)
     visibility_timeout_seconds: Optional[int] = _bounded("visibility_timeout_seconds", default=False)
+    retry_backoff_seconds: Optional[Backoff] = None
 
     def apply(self, spec: QueueSpec) -> QueueSpec:
         """Return ``spec`` with this patch applied; raises SpecError if the result is invalid."""
         changes = {field: getattr(self, field) for field in self.model_fields_set}
         for field, value in changes.items():
-            if value is None and field != "dead_letter_queue":
+            if value is None and field not in ("dead_letter_queue", "retry_backoff_seconds"):
                 raise SpecError(f"{field} cannot be null; it must be {rule(field)}.",
                                 errors=[{"field": field, "message": f"must be {rule(field)}"}])
         return parse_spec({**spec.model_dump(), **changes})
@@ -127,6 +156,7 @@ class Queue(BaseModel):
     max_receives: int
     retention_hours: int
     visibility_timeout_seconds: int
+    retry_backoff_seconds: Optional[list[int]]
     username: str
     password_secret: str
     subject: str
@@ -151,6 +181,7 @@ def subject_for(project: str, name: str) -> str:
 def _field_message(error: dict[str, Any]) -> tuple[str, str]:
     loc = [str(part) for part in error.get("loc", ()) if part not in ("body",)]
     field = ".".join(loc) or "body"
+    setting = loc[0] if loc else "body"  # retry_backoff_seconds.2 follows retry_backoff_seconds' rule
     kind = error.get("type", "")
     given = error.get("input")
     if kind == "missing":
@@ -163,18 +194,19 @@ def _field_message(error: dict[str, Any]) -> tuple[str, str]:
         # a model-level rule, whose message starts with the field it is about
         field, _, message = str(error["ctx"]["error"]).partition(" ")
         return field, message
-    if rule(field) == "valid":
+    if rule(setting) == "valid":
         return field, f"is not valid: {str(error.get('msg', '')).lower()} (got {given!r})"
-    return field, f"must be {rule(field)} (got {given!r})"
+    return setting, f"must be {rule(setting)} (got {given!r})"
 
 
 def spec_error(exc: ValidationError | list[dict[str, Any]]) -> SpecError:
     """Turn a pydantic validation failure into one SpecError naming every bad field and its rule."""
     raw = exc.errors() if isinstance(exc, ValidationError) else exc
-    errors = []
+    errors: list[dict[str, str]] = []
     for item in raw:
         field, message = _field_message(item)
-        errors.append({"field": field, "message": message})
+        if all(e["field"] != field for e in errors):  # one sentence per field
+            errors.append({"field": field, "message": message})
     return SpecError("; ".join(f"{e['field']} {e['message']}" for e in errors) + ".", errors=errors)
 
 

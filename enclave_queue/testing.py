@@ -123,6 +123,7 @@ class EnclaveStack:
             **os.environ,
             "ENCLAVE_HOME": str(home),
             "ENCLAVE_RESYNC_SECONDS": "1",
+            "ENCLAVE_SWEEP_SECONDS": "1",
             "ENCLAVE_LOG_LEVEL": "info",
             **(env or {}),
         }

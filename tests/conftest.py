@@ -36,12 +36,13 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(autouse=True)
 def no_leaked_processes() -> Iterator[None]:
-    """Fail a test that leaves a child process (a broker, a stack) running."""
+    """Fail a test that leaves a child process (a broker, a stack) running. Only direct children
+    count: a running stack's own children (its broker, config checks) come and go."""
     me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
+    before = {p.pid for p in me.children()}
     yield
     leaked = []
-    for child in me.children(recursive=True):
+    for child in me.children():
         if child.pid not in before:
             try:
                 if child.status() != psutil.STATUS_ZOMBIE:
@@ -49,7 +50,7 @@ def no_leaked_processes() -> Iterator[None]:
             except psutil.NoSuchProcess:
                 continue
     if leaked:
-        for child in me.children(recursive=True):
+        for child in me.children():
             if child.pid not in before:
                 child.kill()
         pytest.fail(f"the test left processes running: {leaked}")

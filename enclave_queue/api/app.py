@@ -12,7 +12,7 @@ from fastapi import Depends, FastAPI
 
 from . import problems
 from .auth import require_token
-from .routes import health, messages, queues, secrets
+from .routes import deadletters, health, messages, queues, secrets
 
 
 def create_app(runtime: Any) -> FastAPI:
@@ -23,5 +23,6 @@ def create_app(runtime: Any) -> FastAPI:
     guarded = [Depends(require_token)]
     app.include_router(queues.router, dependencies=guarded)
     app.include_router(messages.router, dependencies=guarded)
+    app.include_router(deadletters.router, dependencies=guarded)
     app.include_router(secrets.router, dependencies=guarded)
     return app

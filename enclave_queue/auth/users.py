@@ -13,6 +13,11 @@ from __future__ import annotations
 CONSUMER = "worker"
 #: every queue subject lives under this token inside its own account
 SUBJECT_ROOT = "queue"
+#: an app records why a message failed here (``.<stream seq>``); the broker stores it for the
+#: control plane, which puts it on the dead letter
+ERRORS_SUBJECT = "enclave.errors"
+#: an app asks the control plane to dead-letter a message now (``reject``)
+REJECT_SUBJECT = "enclave.reject"
 
 
 def stream_name(queue_id: str) -> str:
@@ -42,6 +47,8 @@ def app_permissions(queue_id: str) -> dict[str, dict[str, list[str]]]:
                 f"$JS.API.CONSUMER.INFO.{stream}.{CONSUMER}",
                 f"$JS.API.DIRECT.GET.{stream}",
                 f"$JS.API.DIRECT.GET.{stream}.>",
+                f"{ERRORS_SUBJECT}.*",
+                REJECT_SUBJECT,
             ]
         },
         "subscribe": {"allow": [f"{inbox_prefix(queue_id)}.>"]},

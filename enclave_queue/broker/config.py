@@ -67,10 +67,26 @@ def advisory_subject(queue_id: str, kind: str) -> str:
     return f"adv.{queue_id}.{kind.lower()}"
 
 
+def errors_subject(queue_id: str, sequence: int | str = "*") -> str:
+    """Where a queue's apps' error notes land in the control account (one subject a message)."""
+    return f"errors.{queue_id}.{sequence}"
+
+
+def reject_subject(queue_id: str) -> str:
+    """Where a queue's apps' reject requests reach the control plane."""
+    return f"deadletter.{queue_id}"
+
+
 def queue_account(entry: AccountEntry) -> dict[str, Any]:
     stream = users.stream_name(entry.id)
     only_control = [CONTROL_ACCOUNT]
     return {
+        "imports": [
+            {"service": {"account": CONTROL_ACCOUNT, "subject": errors_subject(entry.id)},
+             "to": f"{users.ERRORS_SUBJECT}.*"},
+            {"service": {"account": CONTROL_ACCOUNT, "subject": reject_subject(entry.id)},
+             "to": users.REJECT_SUBJECT},
+        ],
         "jetstream": "enabled",
         "users": [
             {
@@ -110,6 +126,17 @@ def control_imports(entry: AccountEntry) -> list[dict[str, Any]]:
     ]
 
 
+def control_exports(accounts: tuple[AccountEntry, ...]) -> list[dict[str, Any]]:
+    """Error notes and reject requests, for the queue accounts only (each imports its own id's)."""
+    ids = [entry.id for entry in accounts]
+    if not ids:
+        return []
+    return [
+        {"service": "errors.*.*", "accounts": ids},
+        {"service": "deadletter.*", "accounts": ids},
+    ]
+
+
 def build(config: BrokerConfig) -> dict[str, Any]:
     """The configuration as a dict (what ``render`` serialises)."""
     accounts: dict[str, Any] = {
@@ -118,6 +145,7 @@ def build(config: BrokerConfig) -> dict[str, Any]:
             "jetstream": "enabled",
             "users": [{"nkey": config.control_nkey}],
             "imports": [imp for entry in config.accounts for imp in control_imports(entry)],
+            "exports": control_exports(config.accounts),
         },
     }
     for entry in config.accounts:

@@ -41,6 +41,23 @@ T = TypeVar("T")
 UNAVAILABLE = (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)
 
 
+#: JetStream's "no message found" (a delete or get of a sequence that is not there)
+NO_MESSAGE = 10057
+
+
+async def delete_message(js: JetStreamContext, stream: str, seq: int) -> bool:
+    """Delete one message from a stream; False if it was not there (already deleted or moved)."""
+    try:
+        await retry_unavailable(lambda: js.delete_msg(stream, seq))
+    except nats.js.errors.NotFoundError:
+        return False
+    except nats.js.errors.APIError as exc:
+        if exc.err_code != NO_MESSAGE:
+            raise
+        return False
+    return True
+
+
 async def retry_unavailable(call: Callable[[], Awaitable[T]], window: float = RETRY_WINDOW) -> T:
     """``await call()``, again and again for up to ``window`` seconds while nobody answers."""
     deadline = time.monotonic() + window

@@ -9,8 +9,13 @@ What each verb does on the broker (JetStream):
   it comes back, with ``receive_count`` one higher.
 - ``Message.delete`` acknowledges (``+ACK``); the message leaves the queue for good. It returns
   once the broker has confirmed. ``Queue.delete_many`` does the same for many in one round trip.
-- ``Message.nack(delay=)`` hands the message back now or after ``delay`` seconds (``-NAK``); it
-  counts as a receive and redelivers — it does not dead-letter by itself.
+- ``Message.nack(delay=, error=)`` hands the message back now or after ``delay`` seconds
+  (``-NAK``); without a delay, the queue's ``retry_backoff_seconds`` schedule decides (JetStream
+  applies its backoff only to timeouts, so the SDK applies it to nacks). It counts as a receive;
+  after the last one the message is dead-lettered. ``error`` is kept (a note the broker stores
+  for the control plane) and travels with the dead letter as its last error.
+- ``Message.reject(error=)`` dead-letters the message now: the control plane copies it to the
+  dead-letter queue, then deletes it (a ``+TERM`` would delete it first and lose it).
 - ``Message.extend()`` resets the lease's clock (``+WPI``, "work in progress").
 
 Errors: a refused operation (a permissions violation) raises ``PermissionDenied`` at once, not
@@ -21,8 +26,10 @@ after a timeout; wrong credentials raise ``Unauthorized``; an oversize message
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
 from typing import Any, Optional
@@ -41,6 +48,10 @@ TEXT = "text/plain; charset=utf-8"
 DEFAULT_TIMEOUT = 5.0  #: seconds to wait for the broker to confirm an operation
 SEND_WINDOW = 2000  #: unconfirmed publishes ``send_batch`` keeps in flight
 MAX_BATCH = 1000  #: messages one pull may ask for
+MAX_ERROR_BYTES = 1024  #: an error note is cut to this size
+SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule is cached
+ERRORS_SUBJECT = "enclave.errors"  #: see auth/users.py
+REJECT_SUBJECT = "enclave.reject"
 
 _STATUS = "Status"
 _END_OF_PULL = {"404", "408", "409"}  # no messages / request expired / consumer limits
@@ -53,6 +64,26 @@ def encode(body: Any) -> tuple[bytes, Optional[dict[str, str]]]:
     if isinstance(body, str):
         return body.encode(), {"Content-Type": TEXT}
     return json.dumps(body, separators=(",", ":")).encode(), {"Content-Type": JSON}
+
+
+def scheduled_delay(receive_count: int, backoff: list[float]) -> float:
+    """The queue's retry schedule for a message after its ``receive_count``-th receive (the last
+    entry repeats); 0 without a schedule."""
+    if not backoff:
+        return 0.0
+    return backoff[min(max(receive_count, 1), len(backoff)) - 1]
+
+
+def nak_delay(wanted: float, receive_count: int, backoff: list[float]) -> float:
+    """The delay to put in a ``-NAK`` so the message comes back ``wanted`` seconds later.
+
+    With a consumer backoff, nats-server 2.15 brings a nak'd message back at nak time + delay -
+    backoff[0] + backoff[its redeliveries so far] (consumer.go, processNak and checkPending), not
+    after the delay alone; this undoes that. Without a backoff the delay is taken as it is."""
+    if not backoff:
+        return wanted
+    redeliveries = min(max(receive_count - 1, 0), len(backoff) - 1)
+    return wanted + backoff[0] - backoff[redeliveries]
 
 
 def decode(data: bytes, content_type: Optional[str]) -> Any:
@@ -98,10 +129,27 @@ class Message:
         """Remove the message from the queue for good; returns once the broker confirmed."""
         await self._queue._confirm(self._reply, b"+ACK")
 
-    async def nack(self, delay: Optional[float] = None) -> None:
-        """Hand the message back: redelivered now, or after ``delay`` seconds."""
-        payload = b"-NAK" if not delay else b"-NAK " + json.dumps({"delay": int(delay * 1e9)}).encode()
+    async def nack(self, delay: Optional[float] = None, error: Optional[str] = None) -> None:
+        """Hand the message back: redelivered after ``delay`` seconds (default: the queue's retry
+        schedule for this receive, else at once). ``error`` says why; a dead letter carries the last."""
+        if error:
+            await self._queue._note_error(self.sequence, error)
+        backoff = await self._queue._backoff()
+        if delay is None:
+            delay = scheduled_delay(self.receive_count, backoff)
+        payload = b"-NAK"
+        if delay > 0:
+            sent = nak_delay(delay, self.receive_count, backoff)
+            payload += b" " + json.dumps({"delay": int(sent * 1e9)}).encode()
         await self._queue._confirm(self._reply, payload)
+
+    async def reject(self, error: Optional[str] = None) -> str:
+        """Dead-letter the message now, with ``error`` as its last error. Returns 'moved' (to the
+        dead-letter queue), 'discarded' (the queue has none) or 'gone' (it was deleted meanwhile)."""
+        outcome = await self._queue._reject(self.sequence, self.receive_count, error)
+        with contextlib.suppress(EnclaveError):
+            await self._queue._confirm(self._reply, b"+ACK")  # end the lease; the message is gone already
+        return outcome
 
     async def extend(self) -> None:
         """Keep the message hidden for another visibility timeout (work in progress)."""
@@ -134,6 +182,7 @@ class Queue:
         self._broken: Optional[EnclaveError] = None  #: why the broker cut us off for good
         self._closing: Optional[asyncio.Task[None]] = None
         self._prefetches: set[asyncio.Task[list[Message]]] = set()  #: receives ``messages()`` started early
+        self._schedule: Optional[tuple[float, list[float]]] = None  #: (valid until, retry backoff)
 
     async def _start(self) -> None:
         self._sub = await self._nc.subscribe(f"{self._mux}.*", cb=self._on_reply)
@@ -214,6 +263,43 @@ class Queue:
             if acks:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.25)
+
+    async def _request(self, subject: str, payload: bytes, timeout: float = DEFAULT_TIMEOUT) -> Msg:
+        """A request through the reply multiplexer (so a permission denial fails it at once)."""
+        self._check_open()
+        token, future = self._new_waiter()
+        await self._nc.publish(subject, payload, reply=f"{self._mux}.{token}")
+        return await self._await(token, future, timeout, f"the request to {subject}")
+
+    async def _note_error(self, sequence: int, error: str) -> None:
+        text = " ".join(error.split()).encode()[:MAX_ERROR_BYTES]
+        reply = await self._request(f"{ERRORS_SUBJECT}.{sequence}", text)
+        if reply.headers and reply.headers.get(_STATUS) == "503":
+            raise BrokerUnavailable("The broker did not store the error note (no stream for it yet).")
+
+    async def _reject(self, sequence: int, receive_count: int, error: Optional[str]) -> str:
+        body = {"seq": sequence, "receive_count": receive_count, "error": error, "subject": self.subject}
+        reply = await self._request(REJECT_SUBJECT, json.dumps(body).encode(), timeout=10)
+        if reply.headers and reply.headers.get(_STATUS) == "503":
+            raise BrokerUnavailable("The control plane is not running; the message was not rejected.")
+        answer = json.loads(reply.data)
+        if "error" in answer:
+            raise EnclaveError(f"The message was not rejected: {answer['error']}")
+        return str(answer["result"])
+
+    async def _backoff(self) -> list[float]:
+        """The queue's retry schedule in seconds (the consumer's backoff), cached for a while."""
+        if self._schedule is None or time.monotonic() > self._schedule[0]:
+            reply = await self._request(
+                f"$JS.API.CONSUMER.INFO.{self.credentials.stream}.{self.credentials.consumer}", b"")
+            backoff = [step / 1e9 for step in (json.loads(reply.data).get("config", {}).get("backoff") or [])]
+            self._schedule = (time.monotonic() + SCHEDULE_TTL, backoff)
+        return self._schedule[1]
+
+    async def retry_delay(self, receive_count: int) -> float:
+        """Seconds before a nack()ed message comes back after its ``receive_count``-th receive: the
+        queue's ``retry_backoff_seconds`` entry for it (the last repeats), or 0 without one."""
+        return scheduled_delay(receive_count, await self._backoff())
 
     # -- sending ----------------------------------------------------------------------------------
 

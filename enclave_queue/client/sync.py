@@ -48,8 +48,11 @@ class SyncMessage:
     def delete(self) -> None:
         self._loop.run(self.message.delete())
 
-    def nack(self, delay: Optional[float] = None) -> None:
-        self._loop.run(self.message.nack(delay))
+    def nack(self, delay: Optional[float] = None, error: Optional[str] = None) -> None:
+        self._loop.run(self.message.nack(delay, error))
+
+    def reject(self, error: Optional[str] = None) -> str:
+        return self._loop.run(self.message.reject(error))
 
     def extend(self) -> None:
         self._loop.run(self.message.extend())

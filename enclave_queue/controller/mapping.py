@@ -15,8 +15,10 @@ from ..spec import QueueSpec, subject_for
 
 #: leased-but-not-deleted messages per queue (the server's default of 1000 is low for a queue)
 MAX_ACK_PENDING = 20_000
-#: seconds a Nats-Msg-Id is remembered for deduplication
-DUPLICATE_WINDOW = 120.0
+#: seconds a Nats-Msg-Id is remembered for deduplication: a dead letter moved twice (the mover
+#: killed between copy and delete) or a redrive run twice within it stores one copy; no more
+#: than the shortest retention (1 h), as JetStream requires
+DUPLICATE_WINDOW = 3600.0
 
 #: fields that cannot change on a live object; drift there cannot be repaired in place
 IMMUTABLE_STREAM = frozenset({"retention", "storage"})
@@ -24,7 +26,8 @@ IMMUTABLE_CONSUMER = frozenset({"ack_policy", "deliver_policy"})
 
 STREAM_FIELDS = ("subjects", "retention", "storage", "discard", "max_age", "max_msg_size", "allow_direct",
                  "max_msgs", "max_bytes", "duplicate_window")
-CONSUMER_FIELDS = ("ack_policy", "deliver_policy", "ack_wait", "max_deliver", "max_ack_pending", "filter_subject")
+CONSUMER_FIELDS = ("ack_policy", "deliver_policy", "ack_wait", "max_deliver", "max_ack_pending", "filter_subject",
+                   "backoff")
 
 
 def stream_config(queue_id: str, spec: QueueSpec) -> api.StreamConfig:
@@ -45,20 +48,26 @@ def stream_config(queue_id: str, spec: QueueSpec) -> api.StreamConfig:
 
 
 def consumer_config(queue_id: str, spec: QueueSpec) -> api.ConsumerConfig:
+    """With ``retry_backoff_seconds``, the broker leases the nth receive for the nth entry (the last
+    repeats) instead of the visibility timeout, and sets ``ack_wait`` to the first entry."""
+    backoff = [float(step) for step in spec.retry_backoff_seconds] if spec.retry_backoff_seconds else None
     return api.ConsumerConfig(
         durable_name=CONSUMER,
         ack_policy=api.AckPolicy.EXPLICIT,
         deliver_policy=api.DeliverPolicy.ALL,
-        ack_wait=float(spec.visibility_timeout_seconds),
+        ack_wait=backoff[0] if backoff else float(spec.visibility_timeout_seconds),
         max_deliver=spec.max_receives or -1,
         max_ack_pending=MAX_ACK_PENDING,
         filter_subject=subject_for(spec.project, spec.name),
+        backoff=backoff,
     )
 
 
 def _norm(value: object) -> object:
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if isinstance(value, (list, tuple)):
+        return [_norm(v) for v in value] or None
     if hasattr(value, "value"):  # enums
         return value.value  # type: ignore[attr-defined]
     return value

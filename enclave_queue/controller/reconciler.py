@@ -18,6 +18,7 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 from typing import Optional
 
 import nats.errors
@@ -46,8 +47,10 @@ class PermanentError(EnclaveError):
 
 
 class Reconciler:
-    def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, resync_seconds: float) -> None:
+    def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, resync_seconds: float,
+                 on_deleted: Optional[Callable[[str], Awaitable[None]]] = None) -> None:
         self.store = store
+        self.on_deleted = on_deleted  #: called with a deleted queue's id (the mover drops its notes)
         self.conn = conn
         self.accounts = accounts
         self.resync_seconds = resync_seconds
@@ -249,6 +252,9 @@ class Reconciler:
             with contextlib.suppress(nats.js.errors.NotFoundError):
                 await self.conn.queue_js(record.id).delete_stream(stream_name(record.id))
             await self.accounts.remove(record.id)
+        if self.on_deleted is not None:
+            await self.on_deleted(record.id)
+        await self.store.counters.delete(record.key)
         await self.store.status.delete(record.key)
         await self.store.queues.delete(record.key)
         self._forget(record.key)

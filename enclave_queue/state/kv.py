@@ -7,6 +7,7 @@ enclave-queues     ``<project>.<name>``     QueueRecord (the desired state)
 enclave-status     ``<project>.<name>``     QueueStatus (what the reconciler observed)
 enclave-accounts   ``<queue id>``           AccountRecord (sealed password, bcrypt hash)
 enclave-tokens     sha256 of the token      TokenRecord
+enclave-counters   ``<project>.<name>``     QueueCounters (dead-lettered, discarded)
 =================  =======================  ==========================================
 
 Desired state and status are separate buckets so the API and the reconciler never overwrite
@@ -28,7 +29,7 @@ from pydantic import BaseModel
 
 from ..broker.connection import retry_unavailable
 from ..errors import BrokerUnavailable, Conflict
-from .records import AccountRecord, QueueRecord, QueueStatus, TokenRecord
+from .records import AccountRecord, QueueCounters, QueueRecord, QueueStatus, TokenRecord
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -104,11 +105,32 @@ class Store:
     """The four buckets, opened (and created on first start) on the control account's JetStream."""
 
     def __init__(self, queues: Bucket[QueueRecord], status: Bucket[QueueStatus],
-                 accounts: Bucket[AccountRecord], tokens: Bucket[TokenRecord]) -> None:
+                 accounts: Bucket[AccountRecord], tokens: Bucket[TokenRecord],
+                 counters: Bucket[QueueCounters]) -> None:
         self.queues = queues
         self.status = status
         self.accounts = accounts
         self.tokens = tokens
+        self.counters = counters
+
+    async def count(self, key: str, field: str, by: int = 1) -> None:
+        """Add ``by`` to one of a queue's counters (compare-and-set, so concurrent adds all land)."""
+        while True:
+            found = await self.counters.get(key)
+            current = found[0] if found else QueueCounters()
+            changed = current.model_copy(update={field: getattr(current, field) + by})
+            try:
+                if found is None:
+                    await self.counters.create(key, changed)
+                else:
+                    await self.counters.update(key, changed, found[1])
+                return
+            except Conflict:
+                continue
+
+    async def counts(self, key: str) -> QueueCounters:
+        found = await self.counters.get(key)
+        return found[0] if found else QueueCounters()
 
     @classmethod
     async def open(cls, js: JetStreamContext, *, attempts: int = 100) -> Store:
@@ -120,6 +142,7 @@ class Store:
                     Bucket(await _bucket(js, "enclave-status"), QueueStatus),
                     Bucket(await _bucket(js, "enclave-accounts"), AccountRecord),
                     Bucket(await _bucket(js, "enclave-tokens"), TokenRecord),
+                    Bucket(await _bucket(js, "enclave-counters"), QueueCounters),
                 )
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
                 if attempt == attempts - 1:

@@ -102,3 +102,12 @@ class TokenRecord(BaseModel):
 
     name: str
     created_at: datetime = Field(default_factory=now)
+
+
+class QueueCounters(BaseModel):
+    """What happened to a queue's messages that ran out of receives."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dead_lettered: int = 0  #: moved to the dead-letter queue
+    discarded: int = 0  #: dropped after the last receive (no dead-letter queue)

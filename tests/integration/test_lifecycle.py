@@ -95,7 +95,7 @@ async def test_a_consumer_changed_behind_the_controllers_back_is_put_back(stack,
 
         await eventually(repaired, timeout=10)
         stream = await js.stream_info(creds["stream"])
-        stream.config.max_age = 300.0
+        stream.config.max_age = 7200.0
         await js.update_stream(stream.config)
 
         async def stream_repaired():

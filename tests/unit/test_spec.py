@@ -82,3 +82,15 @@ def test_patch_refuses_out_of_range_and_null_settings():
         QueuePatch.model_validate({"max_receives": None}).apply(QueueSpec(name="emails"))
     with pytest.raises(SpecError, match="name is not a queue setting"):
         parse_patch({"name": "other"})
+
+
+def test_retry_delays_follow_the_schedule_and_repeat_the_last_entry():
+    spec = parse_spec({"name": "emails", "retry_backoff_seconds": [5, 30, 120]})
+    assert [spec.retry_delay(n) for n in (1, 2, 3, 4, 9)] == [5, 30, 120, 120, 120]
+    assert parse_spec({"name": "emails"}).retry_delay(3) == 0
+
+
+def test_backoff_must_be_shorter_than_max_receives():
+    parse_spec({"name": "emails", "max_receives": 4, "retry_backoff_seconds": [1, 2, 3]})
+    with pytest.raises(SpecError, match="fewer entries than max_receives"):
+        parse_spec({"name": "emails", "max_receives": 3, "retry_backoff_seconds": [1, 2, 3]})

@@ -1,0 +1,114 @@
+"""``enclave queue dead-letters | retry | discard | redrive``: dead letters by hand."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .output import err, out, print_json, show_list
+from .queue import Json, Name, Project, api, app, project_of
+
+Seq = Annotated[int, typer.Argument(help="The dead letter's sequence (from 'dead-letters').")]
+
+LETTER_COLUMNS = {
+    "sequence": "SEQ",
+    "source_queue": "FROM",
+    "receive_count": "RECEIVES",
+    "last_error": "LAST ERROR",
+    "dead_lettered_at": "DEAD SINCE",
+    "body": "BODY",
+}
+POLL_SECONDS = 0.2
+
+
+@app.command("dead-letters")
+def dead_letters(
+    name: Name, project: Project = None, json: Json = False,
+    limit: Annotated[int, typer.Option("--limit", help="Letters per page (1–500).")] = 50,
+    after: Annotated[int, typer.Option("--after", help="Start after this sequence (paging).")] = 0,
+) -> None:
+    """List a dead-letter queue's letters: source, receive count, last error (nothing is leased)."""
+    with api() as client:
+        page = client.list_dead_letters(project_of(project), name, limit, after)
+    if json:
+        print_json(page)
+        return
+    rows = [{**letter, "body": (letter["body"] or "(binary)")[:60]} for letter in page["dead_letters"]]
+    show_list(rows, LETTER_COLUMNS, empty=f"No dead letters in '{name}'.")
+    if page["next_after"] is not None:
+        err.print(f"More: --after {page['next_after']}")
+
+
+@app.command()
+def retry(name: Name, seq: Seq, project: Project = None, json: Json = False) -> None:
+    """Send one dead letter back to its source queue (its receive count starts over)."""
+    with api() as client:
+        result = client.retry_dead_letter(project_of(project), name, seq)
+    if json:
+        print_json(result)
+    else:
+        out.print(f"Dead letter {seq} is back on '{result['queue']}' as message {result['sequence']}.")
+
+
+@app.command()
+def discard(
+    name: Name, seq: Seq, project: Project = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete one dead letter for good."""
+    if not yes:
+        typer.confirm(f"Discard dead letter {seq} of '{name}' for good?", abort=True, err=True)
+    with api() as client:
+        client.discard_dead_letter(project_of(project), name, seq)
+    err.print(f"Dead letter {seq} discarded.")
+
+
+@app.command()
+def redrive(
+    name: Annotated[str, typer.Argument(help="The dead-letter queue.")],
+    project: Project = None,
+    to: Annotated[Optional[str], typer.Option("--to", help="Move every letter to this queue instead of its source.")] = None,
+    max_messages: Annotated[Optional[int], typer.Option("--max", help="Move at most this many.")] = None,
+    rate: Annotated[Optional[float], typer.Option("--rate", help="At most this many messages per second.")] = None,
+    filter_error: Annotated[Optional[str], typer.Option("--filter-error", help="Only letters whose last error contains TEXT.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would move; move nothing.")] = False,
+    json: Json = False,
+) -> None:
+    """Move dead letters back to their source queues (or --to one), with progress. Safe to
+    interrupt and run again: nothing is duplicated or lost."""
+    project = project_of(project)
+    with api() as client:
+        task = client.start_redrive(project, name, to=to, max=max_messages, rate=rate, filter_error=filter_error,
+                                    dry_run=dry_run)
+        try:
+            task = _follow(client, project, name, task, show=not json)
+        except KeyboardInterrupt:
+            task = client.cancel_redrive(project, name, task["id"])
+            err.print(f"Redrive interrupted after moving {task['moved']}; run it again to move the rest.")
+            raise typer.Exit(130) from None
+    if json:
+        print_json(task)
+        return
+    where = f"'{to}'" if to else "their source queues"
+    verb = "Would move" if dry_run else "Moved"
+    err.print(f"{verb} {task['moved']} dead letter(s) from '{name}' to {where}"
+              + (f"; {task['failed']} failed" if task["failed"] else "") + ".")
+    for line in task["errors"]:
+        err.print(f"  {line}", markup=False)
+    if task["state"] != "done":
+        raise typer.Exit(1)
+
+
+def _follow(client, project: str, name: str, task: dict, *, show: bool) -> dict:
+    """Poll the task until it ends, drawing a progress bar on stderr."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True, disable=not (show and err.is_terminal)) as progress:
+        bar = progress.add_task(f"Redriving '{name}'", total=task["total"] or None)
+        while task["state"] == "running":
+            time.sleep(POLL_SECONDS)
+            task = client.redrive_status(project, name, task["id"])
+            progress.update(bar, completed=task["moved"] + task["failed"], total=task["total"] or None)
+    return task

@@ -1,0 +1,347 @@
+"""The dead-letter mover: a message that used up its receives leaves its queue for the queue's
+dead-letter queue, exactly once, carrying where it came from and why it failed.
+
+How nats-server 2.15 behaves (DESIGN.md): after ``max_deliver`` receives it stops delivering a
+message, keeps it in the stream, and emits a MAX_DELIVERIES advisory — lazily, only while a pull
+request is waiting. So there are two ways in:
+
+- **advisories**, imported from every queue account and kept in the ``ENCLAVE_ADVISORIES``
+  stream, so none is lost while the mover is down; a durable consumer works through them;
+- **the sweep**, every ``sweep_seconds``, for messages whose advisory never came (no pull was
+  waiting, ``max_receives`` was lowered): first a *probe*, a pull request for at most 1 byte,
+  which makes the server retire exhausted messages (and emit their advisories) while it can
+  deliver nothing (measured: it answers 409 and leases nothing; redeliveries are not lost).
+  Then, if the consumer has nothing in flight, every message still in the stream at or below
+  the last delivered sequence is dead and is moved directly.
+
+A move: read the message by sequence; publish it to the DLQ with ``Nats-Msg-Id:
+dlq:<queue id>:<seq>`` (a repeated move within the DLQ's dedupe window stores nothing new) and
+headers naming the source, the receive count, the first enqueue time, the last error the app
+reported and when it was dead-lettered; then delete it from the source; then count it; then
+ack the advisory. A queue without a DLQ has the message discarded after its last receive,
+counted as discarded.
+
+Apps report errors by publishing a note to ``enclave.errors.<seq>`` in their own account (the
+SDK's ``nack(error=)``); the broker stores it in the control account's ``ENCLAVE_ERRORS``
+stream, one note per message, even while the control process is down. ``reject`` asks this
+process (``enclave.reject`` -> ``deadletter.<id>``) to move a message at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from datetime import UTC, datetime
+from typing import Any, Optional
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import api
+
+from ..auth.users import CONSUMER, stream_name
+from ..broker.config import errors_subject, jsapi_prefix, send_subject
+from ..broker.connection import BrokerConnection, delete_message, retry_unavailable
+from ..errors import EnclaveError
+from ..spec import queue_key, subject_for
+from ..state.kv import Store
+from ..state.records import QueueRecord
+
+log = logging.getLogger("enclave.deadletters")
+
+ADVISORY_STREAM = "ENCLAVE_ADVISORIES"
+ERRORS_STREAM = "ENCLAVE_ERRORS"
+MOVER = "mover"
+KEEP_SECONDS = 14 * 24 * 3600.0  #: advisories and error notes live as long as the longest retention
+MAX_ERROR_BYTES = 1024  #: an error note is cut to this many bytes
+PROBE = json.dumps({"batch": 1, "no_wait": True, "max_bytes": 1}).encode()
+#: fault injection for the tests: "exit-after-dlq-publish" kills the process between the copy to
+#: the dead-letter queue and the delete from the source, as a crash would
+FAULT = os.environ.get("ENCLAVE_FAULT", "")
+
+#: headers every dead letter carries
+SOURCE_QUEUE = "Enclave-Source-Queue"
+SOURCE_PROJECT = "Enclave-Source-Project"
+SOURCE_SEQUENCE = "Enclave-Source-Sequence"
+RECEIVE_COUNT = "Enclave-Receive-Count"
+FIRST_ENQUEUED = "Enclave-First-Enqueued"
+LAST_ERROR = "Enclave-Last-Error"
+DEAD_LETTERED_AT = "Enclave-Dead-Lettered-At"
+ENCLAVE_HEADERS = (SOURCE_QUEUE, SOURCE_PROJECT, SOURCE_SEQUENCE, RECEIVE_COUNT, FIRST_ENQUEUED, LAST_ERROR,
+                   DEAD_LETTERED_AT)
+
+
+class MoveError(EnclaveError):
+    """A dead letter could not be moved now (the DLQ refused it, or is missing); it stays put and
+    the move is tried again."""
+
+
+def clean_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
+    """A stored message's own headers, without the broker's (``Nats-*``) and ours."""
+    return {k: v for k, v in (headers or {}).items()
+            if not k.startswith("Nats-") and k not in ENCLAVE_HEADERS and k not in ("Status", "Description")}
+
+
+def one_line(text: str) -> str:
+    """Header values cannot hold line breaks; error notes are cut to MAX_ERROR_BYTES."""
+    flat = " ".join(text.split())
+    return flat.encode()[:MAX_ERROR_BYTES].decode(errors="ignore")
+
+
+def stored_at(msg: api.RawStreamMsg) -> str:
+    when = msg.time or datetime.now(UTC)
+    return when.astimezone(UTC).isoformat()
+
+
+class DeadLetters:
+    """The mover, the sweep and the reject service, in the control process."""
+
+    def __init__(self, store: Store, conn: BrokerConnection, sweep_seconds: float) -> None:
+        self.store = store
+        self.conn = conn
+        self.sweep_seconds = sweep_seconds
+        self.moved = 0
+        self.discarded = 0
+        self._ids: dict[str, str] = {}  #: queue id -> queue key
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._sub: Any = None
+
+    # -- start and stop -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        js = self.conn.js
+        await _ensure_stream(js, api.StreamConfig(
+            name=ADVISORY_STREAM, subjects=["adv.>"], retention=api.RetentionPolicy.LIMITS,
+            storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=64 * 1024 * 1024,
+            discard=api.DiscardPolicy.OLD, num_replicas=1,
+        ))
+        await _ensure_stream(js, api.StreamConfig(
+            name=ERRORS_STREAM, subjects=["errors.*.*"], retention=api.RetentionPolicy.LIMITS,
+            storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=256 * 1024 * 1024,
+            max_msgs_per_subject=1, max_msg_size=4096, discard=api.DiscardPolicy.OLD, allow_direct=True,
+            num_replicas=1,
+        ))
+        with contextlib.suppress(nats.js.errors.BadRequestError):  # exists already
+            await retry_unavailable(lambda: js.add_consumer(ADVISORY_STREAM, api.ConsumerConfig(
+                durable_name=MOVER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=30.0, max_deliver=-1,
+            )))
+        self._sub = await self.conn.control.subscribe("deadletter.*", queue="movers", cb=self._on_reject)
+        self._tasks = [
+            asyncio.create_task(self._advisories(), name="deadletters-advisories"),
+            asyncio.create_task(self._sweeps(), name="deadletters-sweep"),
+        ]
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    # -- finding queues -------------------------------------------------------------------------
+
+    async def record_of(self, queue_id: str, hint: Optional[str] = None) -> Optional[QueueRecord]:
+        """The current record of the queue that owns ``queue_id`` (read fresh: a changed DLQ
+        applies to the next dead letter). ``hint``: the key the caller says it is (checked)."""
+        for key in (self._ids.get(queue_id), hint):
+            if key is not None:
+                found = await self.store.queues.get(key)
+                if found is not None and found[0].id == queue_id:
+                    self._ids[queue_id] = key
+                    return found[0]
+        self._ids = {record.id: key for key, record, _ in await self.store.queues.items()}
+        key = self._ids.get(queue_id)
+        if key is None:
+            return None
+        found = await self.store.queues.get(key)
+        return found[0] if found is not None and found[0].id == queue_id else None
+
+    # -- moving ---------------------------------------------------------------------------------
+
+    async def last_error(self, queue_id: str, seq: int) -> Optional[str]:
+        """The last error an app reported for message ``seq`` of the queue, if any."""
+        try:
+            note = await retry_unavailable(
+                lambda: self.conn.js.get_msg(ERRORS_STREAM, subject=errors_subject(queue_id, seq), direct=True))
+        except nats.js.errors.NotFoundError:
+            return None
+        return one_line((note.data or b"").decode(errors="replace")) or None
+
+    async def move(self, record: QueueRecord, seq: int, receive_count: Optional[int] = None,
+                   error: Optional[str] = None) -> str:
+        """Move message ``seq`` of ``record``'s queue to its DLQ (or discard it if it has none).
+        Returns 'moved', 'discarded' or 'gone' (no such message any more). Safe to repeat."""
+        lock = self._locks.setdefault(record.id, asyncio.Lock())
+        async with lock:
+            return await self._move(record, seq, receive_count, error)
+
+    async def _move(self, record: QueueRecord, seq: int, receive_count: Optional[int], error: Optional[str]) -> str:
+        source = self.conn.queue_js(record.id)
+        stream = stream_name(record.id)
+        try:
+            msg = await retry_unavailable(lambda: source.get_msg(stream, seq=seq, direct=True))
+        except nats.js.errors.NotFoundError:
+            return "gone"
+        spec = record.spec
+        if spec.dead_letter_queue:
+            found = await self.store.queues.get(queue_key(spec.project, spec.dead_letter_queue))
+            if found is None or found[0].deleting:
+                raise MoveError(f"Dead-letter queue '{spec.dead_letter_queue}' of queue '{spec.name}' does not exist.")
+            dlq = found[0]
+            reason = error if error is not None else await self.last_error(record.id, seq)
+            headers = {
+                **clean_headers(msg.headers),
+                "Nats-Msg-Id": f"dlq:{record.id}:{seq}",
+                SOURCE_QUEUE: spec.name,
+                SOURCE_PROJECT: spec.project,
+                SOURCE_SEQUENCE: str(seq),
+                RECEIVE_COUNT: str(receive_count if receive_count is not None else spec.max_receives),
+                FIRST_ENQUEUED: stored_at(msg),
+                DEAD_LETTERED_AT: datetime.now(UTC).isoformat(),
+            }
+            if reason:
+                headers[LAST_ERROR] = one_line(reason)
+            subject = send_subject(dlq.id, subject_for(dlq.spec.project, dlq.spec.name))
+            reply = await retry_unavailable(
+                lambda: self.conn.control.request(subject, msg.data or b"", timeout=5, headers=headers))
+            ack = json.loads(reply.data)
+            if "error" in ack:
+                raise MoveError(f"Dead-letter queue '{dlq.spec.name}' refused message {seq} of queue "
+                                f"'{spec.name}': {ack['error'].get('description')}")
+            if FAULT == "exit-after-dlq-publish":
+                os._exit(70)
+            outcome = "moved"
+        else:
+            outcome = "discarded"
+        await delete_message(source, stream, seq)
+        with contextlib.suppress(nats.js.errors.NotFoundError, nats.errors.Error):
+            await self.conn.js.purge_stream(ERRORS_STREAM, subject=errors_subject(record.id, seq))
+        await self.store.count(record.key, "dead_lettered" if outcome == "moved" else "discarded")
+        if outcome == "moved":
+            self.moved += 1
+        else:
+            self.discarded += 1
+        log.info("message %d of queue %s %s", seq, record.key,
+                 f"moved to {spec.dead_letter_queue}" if outcome == "moved" else "discarded (no dead-letter queue)")
+        return outcome
+
+    # -- the three ways in ----------------------------------------------------------------------
+
+    async def _advisories(self) -> None:
+        """Work through the MAX_DELIVERIES advisories, oldest first."""
+        while True:
+            try:
+                sub = await retry_unavailable(lambda: self.conn.js.pull_subscribe_bind(MOVER, stream=ADVISORY_STREAM))
+                while True:
+                    try:
+                        batch = await sub.fetch(50, timeout=5)
+                    except nats.errors.TimeoutError:
+                        continue
+                    for advisory in batch:
+                        await self._handle_advisory(advisory)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the broker restarting, say: start over
+                log.warning("advisory consumer interrupted (%s); restarting it", exc)
+                await asyncio.sleep(1)
+
+    async def _handle_advisory(self, advisory: Msg) -> None:
+        queue_id, kind = advisory.subject.split(".")[1:3]
+        try:
+            if kind == "max_deliveries":
+                body = json.loads(advisory.data)
+                record = await self.record_of(queue_id)
+                if record is not None and not record.deleting:
+                    await self.move(record, int(body["stream_seq"]), int(body.get("deliveries") or 0) or None)
+            await advisory.ack()
+        except Exception as exc:
+            log.warning("dead letter from advisory %s not moved yet: %s", advisory.subject, exc)
+            await advisory.nak(delay=2)
+
+    async def _sweeps(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_seconds)
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("dead-letter sweep failed: %s", exc)
+
+    async def sweep(self) -> int:
+        """Move every dead message whose advisory never came; returns how many were moved."""
+        count = 0
+        for _, record, _ in await self.store.queues.items():
+            if record.deleting or not record.spec.max_receives:
+                continue
+            try:
+                count += await self.sweep_queue(record)
+            except (nats.errors.Error, EnclaveError) as exc:
+                log.info("sweep of %s skipped: %s", record.key, exc)
+        return count
+
+    async def sweep_queue(self, record: QueueRecord) -> int:
+        js = self.conn.queue_js(record.id)
+        stream = stream_name(record.id)
+        # the probe: the server retires exhausted messages and emits their advisories
+        await self.conn.control.publish(f"{jsapi_prefix(record.id)}.CONSUMER.MSG.NEXT.{stream}.{CONSUMER}", PROBE,
+                                        reply=f"_INBOX.enclave-probe.{record.id}")
+        info = await retry_unavailable(lambda: js.consumer_info(stream, CONSUMER))
+        if info.num_ack_pending or not info.delivered.stream_seq:
+            return 0  # something is in flight: only advisories can tell the dead apart
+        last = info.delivered.stream_seq
+        subject = subject_for(record.spec.project, record.spec.name)
+        seq, count = 1, 0
+        while seq <= last:
+            try:
+                msg = await retry_unavailable(
+                    lambda seq=seq: js.get_msg(stream, seq=seq, subject=subject, direct=True, next=True))
+            except nats.js.errors.NotFoundError:
+                break
+            if msg.seq is None or msg.seq > last:
+                break
+            if await self.move(record, msg.seq, info.config.max_deliver) != "gone":
+                count += 1
+            seq = msg.seq + 1
+        return count
+
+    async def _on_reject(self, request: Msg) -> None:
+        asyncio.create_task(self._reject(request))
+
+    async def _reject(self, request: Msg) -> None:
+        queue_id = request.subject.split(".")[1]
+        try:
+            body = json.loads(request.data)
+            subject = str(body.get("subject", ""))  # queue.<project>.<name>: a hint, checked against the id
+            record = await self.record_of(queue_id, ".".join(subject.split(".")[1:3]) or None)
+            if record is None or record.deleting:
+                raise EnclaveError("The queue does not exist any more.")
+            outcome = await self.move(record, int(body["seq"]), body.get("receive_count"), body.get("error") or None)
+            reply: dict[str, Any] = {"result": outcome}
+        except Exception as exc:  # answered to the app, which raises it
+            reply = {"error": str(exc) or type(exc).__name__}
+        with contextlib.suppress(nats.errors.Error):
+            await request.respond(json.dumps(reply).encode())
+
+    async def forget(self, queue_id: str) -> None:
+        """A queue was deleted: drop its error notes."""
+        self._ids.pop(queue_id, None)
+        self._locks.pop(queue_id, None)
+        with contextlib.suppress(nats.js.errors.NotFoundError, nats.errors.Error):
+            await self.conn.js.purge_stream(ERRORS_STREAM, subject=f"errors.{queue_id}.*")
+
+
+async def _ensure_stream(js: Any, config: api.StreamConfig) -> None:
+    try:
+        await retry_unavailable(lambda: js.stream_info(config.name))
+    except nats.js.errors.NotFoundError:
+        await retry_unavailable(lambda: js.add_stream(config))
+    else:
+        await retry_unavailable(lambda: js.update_stream(config))

@@ -1,0 +1,326 @@
+"""Dead letters by hand: list a dead-letter queue's letters, retry or discard one, and redrive
+many as a task whose progress the CLI (and later the console) follows.
+
+Reading never leases: letters are read by sequence (batched direct gets), so workers of the
+dead-letter queue are not disturbed. Moving a letter back publishes it to its destination with
+``Nats-Msg-Id: redrive:<dlq id>:<seq>`` and only then deletes it from the dead-letter queue, so
+a redrive interrupted anywhere and run again duplicates nothing (within the destination's
+dedupe window) and loses nothing. The moved message is new: its receive count starts again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Optional
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+
+from .auth.users import stream_name
+from .broker.config import jsapi_prefix, send_subject
+from .broker.connection import delete_message, retry_unavailable
+from .controller.deadletters import (
+    DEAD_LETTERED_AT,
+    FIRST_ENQUEUED,
+    LAST_ERROR,
+    RECEIVE_COUNT,
+    SOURCE_PROJECT,
+    SOURCE_QUEUE,
+    SOURCE_SEQUENCE,
+    clean_headers,
+)
+from .errors import BrokerUnavailable, EnclaveError, NotFound, SpecError
+from .spec import queue_key, subject_for
+from .state.records import QueueRecord
+
+if TYPE_CHECKING:
+    from .service import QueueService
+
+log = logging.getLogger("enclave.redrive")
+
+READ_BATCH = 200  #: letters read per direct-get request
+MAX_LIST = 500  #: letters one listing may return
+KEEP_FINISHED = 100  #: finished redrive tasks remembered
+
+
+class _Stopped(Exception):
+    """A redrive asked to stop."""
+
+
+@dataclass
+class Letter:
+    """One message of a dead-letter queue, as read (not leased)."""
+
+    sequence: int
+    data: bytes
+    headers: dict[str, str]
+    stored_at: Optional[str]
+
+    @property
+    def last_error(self) -> str:
+        return self.headers.get(LAST_ERROR, "")
+
+    def view(self) -> dict[str, Any]:
+        h = self.headers
+        out: dict[str, Any] = {
+            "sequence": self.sequence,
+            "source_queue": h.get(SOURCE_QUEUE),
+            "source_project": h.get(SOURCE_PROJECT),
+            "source_sequence": int(h[SOURCE_SEQUENCE]) if SOURCE_SEQUENCE in h else None,
+            "receive_count": int(h[RECEIVE_COUNT]) if RECEIVE_COUNT in h else None,
+            "last_error": h.get(LAST_ERROR),
+            "first_enqueued_at": h.get(FIRST_ENQUEUED) or self.stored_at,
+            "dead_lettered_at": h.get(DEAD_LETTERED_AT) or self.stored_at,
+            "content_type": h.get("Content-Type"),
+        }
+        try:
+            out["body"] = self.data.decode()
+        except UnicodeDecodeError:
+            out["body"], out["body_base64"] = None, base64.b64encode(self.data).decode()
+        return out
+
+
+@dataclass
+class RedriveTask:
+    id: str
+    project: str
+    queue: str
+    to: Optional[str]
+    max: Optional[int]
+    rate: Optional[float]
+    filter_error: Optional[str]
+    dry_run: bool
+    total: int = 0  #: letters this redrive expects to move (an estimate without a filter)
+    moved: int = 0  #: moved (or, in a dry run, that would move)
+    failed: int = 0
+    scanned: int = 0
+    state: str = "running"  #: running, done, failed, cancelled
+    errors: list[str] = field(default_factory=list)
+    started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    finished_at: Optional[str] = None
+    runner: Optional[asyncio.Task[None]] = field(default=None, repr=False)
+    stop_requested: bool = field(default=False, repr=False)  #: stop after the letter being moved
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "project": self.project, "queue": self.queue, "to": self.to, "max": self.max,
+            "rate": self.rate, "filter_error": self.filter_error, "dry_run": self.dry_run, "state": self.state,
+            "total": self.total, "moved": self.moved, "failed": self.failed,
+            "remaining": max(self.total - self.moved - self.failed, 0) if self.state == "running" else 0,
+            "errors": self.errors[:10], "started_at": self.started_at, "finished_at": self.finished_at,
+        }
+
+
+class DeadLetterOps:
+    def __init__(self, service: QueueService) -> None:
+        self.service = service
+        self.tasks: dict[str, RedriveTask] = {}
+        self._ids = itertools.count(1)
+
+    @property
+    def conn(self) -> Any:
+        return self.service.conn
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def _read(self, record: QueueRecord, after: int, limit: int) -> list[Letter]:
+        """Up to ``limit`` letters with a sequence above ``after``, oldest first."""
+        subject = subject_for(record.spec.project, record.spec.name)
+        request = json.dumps({"seq": after + 1, "next_by_subj": subject, "batch": limit}).encode()
+        inbox = self.conn.control.new_inbox()
+        letters: list[Letter] = []
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def collect(msg: Msg) -> None:
+            status = (msg.headers or {}).get("Status")
+            if status is None:
+                headers = dict(msg.headers or {})
+                letters.append(Letter(int(headers["Nats-Sequence"]), msg.data or b"", headers,
+                                      headers.get("Nats-Time-Stamp")))
+                return
+            if not done.done():  # 204: end of batch; 404: nothing (more); 408 and others: stop
+                done.set_result(None)
+
+        sub = await self.conn.control.subscribe(inbox, cb=collect)
+        try:
+            await self.conn.control.publish(f"{jsapi_prefix(record.id)}.DIRECT.GET.{stream_name(record.id)}",
+                                            request, reply=inbox)
+            await asyncio.wait_for(done, 10)
+        except TimeoutError:
+            raise BrokerUnavailable(f"Reading the dead letters of queue '{record.spec.name}' timed out.") from None
+        finally:
+            await sub.unsubscribe()
+        return letters
+
+    async def list(self, project: str, name: str, limit: int = 50, after: int = 0) -> dict[str, Any]:
+        """A page of a queue's letters (its messages, read without leasing them)."""
+        if not 1 <= limit <= MAX_LIST:
+            raise SpecError(f"limit must be an integer from 1 to {MAX_LIST} (got {limit}).",
+                            errors=[{"field": "limit", "message": f"must be an integer from 1 to {MAX_LIST}"}])
+        record = await self.service.live(project, name)
+        letters = await self._read(record, after, limit)
+        return {
+            "dead_letters": [letter.view() for letter in letters],
+            "next_after": letters[-1].sequence if len(letters) == limit else None,
+        }
+
+    async def _letter(self, record: QueueRecord, seq: int) -> Letter:
+        letters = await self._read(record, seq - 1, 1)
+        if not letters or letters[0].sequence != seq:
+            raise NotFound(f"Dead letter {seq} does not exist in queue '{record.spec.name}'.")
+        return letters[0]
+
+    # -- moving ---------------------------------------------------------------------------------
+
+    async def _destination(self, record: QueueRecord, letter: Letter, to: Optional[str]) -> QueueRecord:
+        name = to or letter.headers.get(SOURCE_QUEUE)
+        if not name:
+            raise SpecError(f"Message {letter.sequence} of queue '{record.spec.name}' names no source queue; "
+                            "give a destination.", errors=[{"field": "to", "message": "is required for this message"}])
+        found = await self.service.store.queues.get(queue_key(record.spec.project, name))
+        if found is None or found[0].deleting:
+            raise NotFound(f"Queue '{name}' does not exist in project '{record.spec.project}'.")
+        return found[0]
+
+    async def _move_back(self, record: QueueRecord, letter: Letter, dest: QueueRecord) -> int:
+        """Publish ``letter`` to ``dest`` (deduplicated), then delete it from ``record``'s stream."""
+        headers = {**clean_headers(letter.headers), "Nats-Msg-Id": f"redrive:{record.id}:{letter.sequence}"}
+        subject = send_subject(dest.id, subject_for(dest.spec.project, dest.spec.name))
+        reply = await retry_unavailable(
+            lambda: self.conn.control.request(subject, letter.data, timeout=5, headers=headers))
+        ack = json.loads(reply.data)
+        if "error" in ack:
+            raise EnclaveError(f"Queue '{dest.spec.name}' refused message {letter.sequence}: "
+                               f"{ack['error'].get('description')}.")
+        await delete_message(self.conn.queue_js(record.id), stream_name(record.id), letter.sequence)
+        return int(ack["seq"])
+
+    async def retry(self, project: str, name: str, seq: int) -> dict[str, Any]:
+        """Send one letter back to its source queue (a new message: its receive count starts over)."""
+        record = await self.service.live(project, name)
+        letter = await self._letter(record, seq)
+        dest = await self._destination(record, letter, None)
+        new_seq = await self._move_back(record, letter, dest)
+        return {"queue": dest.spec.name, "sequence": new_seq}
+
+    async def discard(self, project: str, name: str, seq: int) -> None:
+        """Delete one letter for good."""
+        record = await self.service.live(project, name)
+        if not await delete_message(self.conn.queue_js(record.id), stream_name(record.id), seq):
+            raise NotFound(f"Dead letter {seq} does not exist in queue '{name}'.")
+
+    # -- redrive tasks --------------------------------------------------------------------------
+
+    async def start_redrive(self, project: str, name: str, *, to: Optional[str] = None, max: Optional[int] = None,
+                            rate: Optional[float] = None, filter_error: Optional[str] = None,
+                            dry_run: bool = False) -> dict[str, Any]:
+        """Start moving letters back (to their source queues, or all to ``to``); returns the task."""
+        record = await self.service.live(project, name)
+        if max is not None and max < 1:
+            raise SpecError(f"max must be a positive integer (got {max}).",
+                            errors=[{"field": "max", "message": "must be a positive integer"}])
+        if rate is not None and not 0 < rate <= 100_000:
+            raise SpecError(f"rate must be a number of messages per second from 0 to 100000 (got {rate}).",
+                            errors=[{"field": "rate", "message": "must be from 0 (exclusive) to 100000"}])
+        if to is not None:
+            if to == name:
+                raise SpecError("to must name another queue than the one being redriven.",
+                                errors=[{"field": "to", "message": "must name another queue"}])
+            found = await self.service.store.queues.get(queue_key(project, to))
+            if found is None or found[0].deleting:
+                raise SpecError(f"to names queue '{to}', which does not exist in project '{project}'.",
+                                errors=[{"field": "to", "message": f"names no queue in project '{project}'"}])
+        else:
+            sources = [r.spec.name for _, r, _ in await self.service.store.queues.items(f"{project}.*")
+                       if r.spec.dead_letter_queue == name and not r.deleting]
+            if not sources:
+                raise SpecError(f"Queue '{name}' is not the dead-letter queue of any queue in project '{project}'; "
+                                "name a destination with 'to'.",
+                                errors=[{"field": "to", "message": "is required: the queue is no queue's DLQ"}])
+        task = RedriveTask(id=f"r{next(self._ids)}", project=project, queue=name, to=to, max=max, rate=rate,
+                           filter_error=filter_error, dry_run=dry_run)
+        info = await retry_unavailable(lambda: self.conn.queue_js(record.id).stream_info(stream_name(record.id)))
+        task.total = info.state.messages if max is None else min(max, info.state.messages)
+        task.runner = asyncio.create_task(self._run(task, record), name=f"redrive:{task.id}")
+        self.tasks[task.id] = task
+        self._forget_old()
+        return task.view()
+
+    def task(self, project: str, name: str, task_id: str) -> RedriveTask:
+        task = self.tasks.get(task_id)
+        if task is None or (task.project, task.queue) != (project, name):
+            raise NotFound(f"Redrive '{task_id}' of queue '{name}' does not exist.")
+        return task
+
+    async def cancel(self, project: str, name: str, task_id: str) -> dict[str, Any]:
+        """Stop a redrive after the letter it is moving (so its counts are exact)."""
+        task = self.task(project, name, task_id)
+        task.stop_requested = True
+        if task.runner is not None:
+            await task.runner
+        return task.view()
+
+    async def _run(self, task: RedriveTask, record: QueueRecord) -> None:
+        started = time.monotonic()
+        destinations: dict[str, QueueRecord] = {}
+        after = 0
+        try:
+            while task.max is None or task.moved < task.max:
+                letters = await self._read(record, after, READ_BATCH)
+                if not letters:
+                    break
+                for letter in letters:
+                    if task.stop_requested:
+                        raise _Stopped
+                    after = letter.sequence
+                    task.scanned += 1
+                    if task.filter_error and task.filter_error.lower() not in letter.last_error.lower():
+                        continue
+                    if task.max is not None and task.moved >= task.max:
+                        break
+                    try:
+                        key = task.to or letter.headers.get(SOURCE_QUEUE) or ""
+                        if key not in destinations:
+                            destinations[key] = await self._destination(record, letter, task.to)
+                        if not task.dry_run:
+                            await self._move_back(record, letter, destinations[key])
+                        task.moved += 1
+                    except (EnclaveError, nats.errors.Error) as exc:
+                        task.failed += 1
+                        if len(task.errors) < 10:
+                            task.errors.append(f"message {letter.sequence}: {exc}")
+                    if task.rate and not task.dry_run:
+                        ahead = task.moved / task.rate - (time.monotonic() - started)
+                        while ahead > 0 and not task.stop_requested:
+                            await asyncio.sleep(min(ahead, 0.05))
+                            ahead = task.moved / task.rate - (time.monotonic() - started)
+            if task.filter_error or task.max is None:
+                task.total = task.moved + task.failed  # now known exactly
+            task.state = "done"
+        except _Stopped:
+            task.state = "cancelled"
+        except Exception as exc:
+            task.state = "failed"
+            task.errors.append(str(exc) or type(exc).__name__)
+            log.warning("redrive %s of %s failed: %s", task.id, record.key, exc)
+        finally:
+            task.finished_at = datetime.now(UTC).isoformat()
+
+    def _forget_old(self) -> None:
+        finished = [t for t in self.tasks.values() if t.state != "running"]
+        for task in finished[:-KEEP_FINISHED] if len(finished) > KEEP_FINISHED else []:
+            self.tasks.pop(task.id, None)
+
+    async def stop(self) -> None:
+        for task in self.tasks.values():
+            task.stop_requested = True
+            if task.runner is not None:
+                await task.runner

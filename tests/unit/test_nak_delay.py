@@ -1,0 +1,27 @@
+"""The SDK's compensation for how nats-server times a delayed nak when the consumer has a backoff."""
+
+import pytest
+
+from enclave_queue.client.queue import nak_delay, scheduled_delay
+
+
+def server_gap(sent: float, receive_count: int, backoff: list[float]) -> float:
+    """When nats-server 2.15 redelivers after a -NAK with ``sent`` delay (consumer.go checkPending)."""
+    redeliveries = min(receive_count - 1, len(backoff) - 1)
+    return sent - backoff[0] + backoff[redeliveries]
+
+
+@pytest.mark.parametrize("receive_count", [1, 2, 3, 7])
+@pytest.mark.parametrize("wanted", [0.5, 2, 30])
+def test_the_sent_delay_makes_the_server_wait_what_was_asked(receive_count, wanted):
+    backoff = [1.0, 5.0, 60.0]
+    assert server_gap(nak_delay(wanted, receive_count, backoff), receive_count, backoff) == pytest.approx(wanted)
+
+
+def test_without_a_backoff_the_delay_is_sent_as_it_is():
+    assert nak_delay(7, 3, []) == 7
+    assert scheduled_delay(3, []) == 0
+
+
+def test_the_schedule_repeats_its_last_entry():
+    assert [scheduled_delay(n, [1.0, 2.0]) for n in (1, 2, 3)] == [1.0, 2.0, 2.0]
