@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import itertools
 import json
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -108,6 +108,7 @@ class RedriveTask:
     finished_at: Optional[str] = None
     runner: Optional[asyncio.Task[None]] = field(default=None, repr=False)
     stop_requested: bool = field(default=False, repr=False)  #: stop after the letter being moved
+    last_sequence: int = field(default=0, repr=False)  #: the newest letter when the redrive started
 
     def view(self) -> dict[str, Any]:
         return {
@@ -123,7 +124,6 @@ class DeadLetterOps:
     def __init__(self, service: QueueService) -> None:
         self.service = service
         self.tasks: dict[str, RedriveTask] = {}
-        self._ids = itertools.count(1)
 
     @property
     def conn(self) -> Any:
@@ -245,10 +245,11 @@ class DeadLetterOps:
                 raise SpecError(f"Queue '{name}' is not the dead-letter queue of any queue in project '{project}'; "
                                 "name a destination with 'to'.",
                                 errors=[{"field": "to", "message": "is required: the queue is no queue's DLQ"}])
-        task = RedriveTask(id=f"r{next(self._ids)}", project=project, queue=name, to=to, max=max, rate=rate,
+        task = RedriveTask(id=f"r{secrets.token_hex(4)}", project=project, queue=name, to=to, max=max, rate=rate,
                            filter_error=filter_error, dry_run=dry_run)
         info = await retry_unavailable(lambda: self.conn.queue_js(record.id).stream_info(stream_name(record.id)))
         task.total = info.state.messages if max is None else min(max, info.state.messages)
+        task.last_sequence = info.state.last_seq  # letters that arrive later wait for the next redrive
         task.runner = asyncio.create_task(self._run(task, record), name=f"redrive:{task.id}")
         self.tasks[task.id] = task
         self._forget_old()
@@ -277,9 +278,13 @@ class DeadLetterOps:
                 letters = await self._read(record, after, READ_BATCH)
                 if not letters:
                     break
+                if letters[0].sequence > task.last_sequence:
+                    break
                 for letter in letters:
                     if task.stop_requested:
                         raise _Stopped
+                    if letter.sequence > task.last_sequence:
+                        break
                     after = letter.sequence
                     task.scanned += 1
                     if task.filter_error and task.filter_error.lower() not in letter.last_error.lower():

@@ -272,10 +272,19 @@ class QueueService:
             msgs = []
         finally:
             await sub.unsubscribe()
-        hidden_until = datetime.now(UTC) + timedelta(seconds=record.spec.visibility_timeout_seconds)
-        return [self._received(record, msg, hidden_until) for msg in msgs]
+        now = datetime.now(UTC)
+        return [self._received(record, msg, now + timedelta(seconds=self._lease(record, msg))) for msg in msgs]
+
+    @staticmethod
+    def _lease(record: QueueRecord, msg: Any) -> float:
+        """How long a message just received stays hidden: the retry schedule's entry for this
+        receive when the queue has one (the broker leases by it), else the visibility timeout."""
+        if record.spec.retry_backoff_seconds:
+            return record.spec.retry_delay(msg.metadata.num_delivered)
+        return float(record.spec.visibility_timeout_seconds)
 
     def _received(self, record: QueueRecord, msg: Any, hidden_until: datetime) -> dict[str, Any]:
+        """A received message as the API returns it, with its sealed receipt."""
         meta = msg.metadata
         receipt = self.master.seal(json.dumps({"r": msg.reply, "until": hidden_until.timestamp()}).encode(),
                                    RECEIPT_PURPOSE, record.id)

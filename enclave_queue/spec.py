@@ -38,6 +38,11 @@ BACKOFF_RULE = (f"a list of 1–{MAX_BACKOFF_STEPS} whole seconds, each from {LI
 BackoffStep = Annotated[int, Field(ge=LIMITS["visibility_timeout_seconds"][0], le=LIMITS["visibility_timeout_seconds"][2])]
 Backoff = Annotated[tuple[BackoffStep, ...], Field(min_length=1, max_length=MAX_BACKOFF_STEPS)]
 
+#: bytes the broker allows on top of max_message_bytes, for headers: a body of the queue's
+#: largest size still fits with its own headers, and so does its dead letter (the mover adds
+#: about 400 bytes of headers and up to 1 KiB of error text)
+HEADER_ROOM = 4096
+
 #: the settings that can change on a live queue (name and project cannot)
 MUTABLE = ("dead_letter_queue", *LIMITS, "retry_backoff_seconds")
 
@@ -178,8 +183,8 @@ def subject_for(project: str, name: str) -> str:
     return f"queue.{project}.{name}"
 
 
-def _field_message(error: dict[str, Any]) -> tuple[str, str]:
-    loc = [str(part) for part in error.get("loc", ()) if part not in ("body",)]
+def _field_message(error: dict[str, Any], unknown: str) -> tuple[str, str]:
+    loc = [str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path")]
     field = ".".join(loc) or "body"
     setting = loc[0] if loc else "body"  # retry_backoff_seconds.2 follows retry_backoff_seconds' rule
     kind = error.get("type", "")
@@ -189,7 +194,7 @@ def _field_message(error: dict[str, Any]) -> tuple[str, str]:
     if kind == "json_invalid":
         return "body", f"is not valid JSON ({error.get('ctx', {}).get('error', 'parse error')})"
     if kind == "extra_forbidden":
-        return field, "is not a queue setting"
+        return field, f"is not {unknown}"
     if kind == "value_error" and field == "body":
         # a model-level rule, whose message starts with the field it is about
         field, _, message = str(error["ctx"]["error"]).partition(" ")
@@ -199,12 +204,13 @@ def _field_message(error: dict[str, Any]) -> tuple[str, str]:
     return setting, f"must be {rule(setting)} (got {given!r})"
 
 
-def spec_error(exc: ValidationError | list[dict[str, Any]]) -> SpecError:
-    """Turn a pydantic validation failure into one SpecError naming every bad field and its rule."""
+def spec_error(exc: ValidationError | list[dict[str, Any]], unknown: str = "a queue setting") -> SpecError:
+    """Turn a pydantic validation failure into one SpecError naming every bad field and its rule
+    (``unknown`` says what an unexpected field is not)."""
     raw = exc.errors() if isinstance(exc, ValidationError) else exc
     errors: list[dict[str, str]] = []
     for item in raw:
-        field, message = _field_message(item)
+        field, message = _field_message(item, unknown)
         if all(e["field"] != field for e in errors):  # one sentence per field
             errors.append({"field": field, "message": message})
     return SpecError("; ".join(f"{e['field']} {e['message']}" for e in errors) + ".", errors=errors)

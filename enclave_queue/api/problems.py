@@ -36,7 +36,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        error = spec_error(list(exc.errors()))
+        # typed request bodies and query strings (queue specs are checked by parse_spec)
+        error = spec_error(list(exc.errors()), "a field of this request")
         return problem(SpecError.status, SpecError.title, error.message, error.errors)
 
     @app.exception_handler(StarletteHTTPException)

@@ -14,6 +14,7 @@ acks were not affected). ``retry_unavailable`` rides that out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -34,6 +35,7 @@ log = logging.getLogger("enclave.broker")
 
 REQUEST_TIMEOUT = 10.0  #: seconds for a reload or stats request
 RETRY_WINDOW = 3.0  #: seconds to keep retrying a request that found no responders
+DRAIN_TIMEOUT = 3.0  #: seconds a connection may take to drain when the control process stops
 
 T = TypeVar("T")
 
@@ -139,6 +141,10 @@ class BrokerConnection:
         return await self._server_request("VARZ")
 
     async def close(self) -> None:
+        """Drain both connections (what was published reaches the broker), within DRAIN_TIMEOUT."""
         for nc in (self.control, self.system):
+            if nc.is_connected:
+                with contextlib.suppress(asyncio.TimeoutError, nats.errors.Error):
+                    await asyncio.wait_for(nc.drain(), DRAIN_TIMEOUT)
             if not nc.is_closed:
-                await nc.drain() if nc.is_connected else await nc.close()
+                await nc.close()

@@ -1,4 +1,4 @@
-"""The data-plane SDK: send, receive, delete, nack and extend on one queue, over the broker.
+"""The data-plane SDK: send, receive, delete, nack, reject and extend on one queue, over the broker.
 
 What each verb does on the broker (JetStream):
 
@@ -26,12 +26,10 @@ after a timeout; wrong credentials raise ``Unauthorized``; an oversize message
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Iterable
-from datetime import UTC, datetime
 from typing import Any, Optional
 
 import nats
@@ -40,120 +38,20 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.nuid import NUID
 
+from ..auth.users import ERRORS_SUBJECT, REJECT_SUBJECT
 from ..errors import BrokerUnavailable, EnclaveError, MessageTooLarge, PermissionDenied, Unauthorized
+from ..spec import HEADER_ROOM
 from .credentials import Credentials
+from .message import Message, encode, scheduled_delay
 
-JSON = "application/json"
-TEXT = "text/plain; charset=utf-8"
 DEFAULT_TIMEOUT = 5.0  #: seconds to wait for the broker to confirm an operation
 SEND_WINDOW = 2000  #: unconfirmed publishes ``send_batch`` keeps in flight
 MAX_BATCH = 1000  #: messages one pull may ask for
 MAX_ERROR_BYTES = 1024  #: an error note is cut to this size
-SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule is cached
-ERRORS_SUBJECT = "enclave.errors"  #: see auth/users.py
-REJECT_SUBJECT = "enclave.reject"
+RETRY_WINDOW = 3.0  #: seconds to keep asking a request nobody answered (a reload)
+SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are cached
 
 _STATUS = "Status"
-_END_OF_PULL = {"404", "408", "409"}  # no messages / request expired / consumer limits
-
-
-def encode(body: Any) -> tuple[bytes, Optional[dict[str, str]]]:
-    """A body as bytes and headers: bytes as they are, str as UTF-8 text, anything else as JSON."""
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        return bytes(body), None
-    if isinstance(body, str):
-        return body.encode(), {"Content-Type": TEXT}
-    return json.dumps(body, separators=(",", ":")).encode(), {"Content-Type": JSON}
-
-
-def scheduled_delay(receive_count: int, backoff: list[float]) -> float:
-    """The queue's retry schedule for a message after its ``receive_count``-th receive (the last
-    entry repeats); 0 without a schedule."""
-    if not backoff:
-        return 0.0
-    return backoff[min(max(receive_count, 1), len(backoff)) - 1]
-
-
-def nak_delay(wanted: float, receive_count: int, backoff: list[float]) -> float:
-    """The delay to put in a ``-NAK`` so the message comes back ``wanted`` seconds later.
-
-    With a consumer backoff, nats-server 2.15 brings a nak'd message back at nak time + delay -
-    backoff[0] + backoff[its redeliveries so far] (consumer.go, processNak and checkPending), not
-    after the delay alone; this undoes that. Without a backoff the delay is taken as it is."""
-    if not backoff:
-        return wanted
-    redeliveries = min(max(receive_count - 1, 0), len(backoff) - 1)
-    return wanted + backoff[0] - backoff[redeliveries]
-
-
-def decode(data: bytes, content_type: Optional[str]) -> Any:
-    """The inverse of ``encode``, by the message's Content-Type."""
-    if content_type == JSON:
-        return json.loads(data)
-    if content_type and content_type.startswith("text/"):
-        return data.decode()
-    return data
-
-
-class Message:
-    """A received message, leased until deleted, nacked or its visibility timeout passes."""
-
-    __slots__ = ("_queue", "data", "headers", "_reply", "receive_count", "sequence", "_sent_ns")
-
-    def __init__(self, queue: Queue, msg: Msg) -> None:
-        self._queue = queue
-        self.data: bytes = msg.data
-        self.headers: dict[str, str] = msg.headers or {}
-        self._reply: str = msg.reply
-        # $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>
-        tokens = msg.reply.split(".")
-        if len(tokens) > 9:  # the v2 form carries a domain and an account hash first
-            tokens = tokens[:2] + tokens[4:]
-        self.receive_count = int(tokens[4])  #: this receive included
-        self.sequence = int(tokens[5])  #: the message's position in the queue's stream
-        self._sent_ns = int(tokens[7])
-
-    @property
-    def body(self) -> Any:
-        """The body decoded as it was sent: JSON value, text, or bytes."""
-        return decode(self.data, self.headers.get("Content-Type"))
-
-    @property
-    def sent_at(self) -> datetime:
-        return datetime.fromtimestamp(self._sent_ns / 1e9, UTC)
-
-    def __repr__(self) -> str:
-        return f"Message(sequence={self.sequence}, receive_count={self.receive_count}, bytes={len(self.data)})"
-
-    async def delete(self) -> None:
-        """Remove the message from the queue for good; returns once the broker confirmed."""
-        await self._queue._confirm(self._reply, b"+ACK")
-
-    async def nack(self, delay: Optional[float] = None, error: Optional[str] = None) -> None:
-        """Hand the message back: redelivered after ``delay`` seconds (default: the queue's retry
-        schedule for this receive, else at once). ``error`` says why; a dead letter carries the last."""
-        if error:
-            await self._queue._note_error(self.sequence, error)
-        backoff = await self._queue._backoff()
-        if delay is None:
-            delay = scheduled_delay(self.receive_count, backoff)
-        payload = b"-NAK"
-        if delay > 0:
-            sent = nak_delay(delay, self.receive_count, backoff)
-            payload += b" " + json.dumps({"delay": int(sent * 1e9)}).encode()
-        await self._queue._confirm(self._reply, payload)
-
-    async def reject(self, error: Optional[str] = None) -> str:
-        """Dead-letter the message now, with ``error`` as its last error. Returns 'moved' (to the
-        dead-letter queue), 'discarded' (the queue has none) or 'gone' (it was deleted meanwhile)."""
-        outcome = await self._queue._reject(self.sequence, self.receive_count, error)
-        with contextlib.suppress(EnclaveError):
-            await self._queue._confirm(self._reply, b"+ACK")  # end the lease; the message is gone already
-        return outcome
-
-    async def extend(self) -> None:
-        """Keep the message hidden for another visibility timeout (work in progress)."""
-        await self._queue._confirm(self._reply, b"+WPI")
 
 
 class _Pull:
@@ -183,6 +81,7 @@ class Queue:
         self._closing: Optional[asyncio.Task[None]] = None
         self._prefetches: set[asyncio.Task[list[Message]]] = set()  #: receives ``messages()`` started early
         self._schedule: Optional[tuple[float, list[float]]] = None  #: (valid until, retry backoff)
+        self._max_body: Optional[tuple[float, int]] = None  #: (valid until, largest body in bytes)
 
     async def _start(self) -> None:
         self._sub = await self._nc.subscribe(f"{self._mux}.*", cb=self._on_reply)
@@ -265,11 +164,22 @@ class Queue:
                 delay = min(delay * 2, 0.25)
 
     async def _request(self, subject: str, payload: bytes, timeout: float = DEFAULT_TIMEOUT) -> Msg:
-        """A request through the reply multiplexer (so a permission denial fails it at once)."""
-        self._check_open()
-        token, future = self._new_waiter()
-        await self._nc.publish(subject, payload, reply=f"{self._mux}.{token}")
-        return await self._await(token, future, timeout, f"the request to {subject}")
+        """A request through the reply multiplexer (so a permission denial fails it at once).
+        "No responders" is asked again for up to RETRY_WINDOW seconds: the broker answers so for
+        a moment during a configuration reload. The last answer is returned as it is."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RETRY_WINDOW
+        delay = 0.01
+        while True:
+            self._check_open()
+            token, future = self._new_waiter()
+            await self._nc.publish(subject, payload, reply=f"{self._mux}.{token}")
+            reply = await self._await(token, future, timeout, f"the request to {subject}")
+            unanswered = bool(reply.headers) and reply.headers.get(_STATUS) == "503"
+            if not unanswered or loop.time() + delay > deadline:
+                return reply
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
     async def _note_error(self, sequence: int, error: str) -> None:
         text = " ".join(error.split()).encode()[:MAX_ERROR_BYTES]
@@ -296,6 +206,20 @@ class Queue:
             self._schedule = (time.monotonic() + SCHEDULE_TTL, backoff)
         return self._schedule[1]
 
+    async def max_message_bytes(self) -> int:
+        """The largest body the queue accepts (its ``max_message_bytes``), cached for a while."""
+        if self._max_body is None or time.monotonic() > self._max_body[0]:
+            reply = await self._request(f"$JS.API.STREAM.INFO.{self.credentials.stream}", b"")
+            limit = int(json.loads(reply.data)["config"]["max_msg_size"]) - HEADER_ROOM
+            self._max_body = (time.monotonic() + SCHEDULE_TTL, limit)
+        return self._max_body[1]
+
+    async def _check_size(self, data: bytes) -> None:
+        limit = await self.max_message_bytes()
+        if len(data) > limit:
+            raise MessageTooLarge(f"The message is {len(data)} bytes; the queue accepts at most {limit} "
+                                  "(max_message_bytes).")
+
     async def retry_delay(self, receive_count: int) -> float:
         """Seconds before a nack()ed message comes back after its ``receive_count``-th receive: the
         queue's ``retry_backoff_seconds`` entry for it (the last repeats), or 0 without one."""
@@ -319,6 +243,7 @@ class Queue:
         """Send one message; returns its sequence number once the broker has stored it."""
         self._check_open()
         data, content = encode(body)
+        await self._check_size(data)
         token, future = self._new_waiter()
         await self._nc.publish(self.subject, data, reply=f"{self._mux}.{token}",
                                headers={**(content or {}), **(headers or {})} or None)
@@ -347,8 +272,14 @@ class Queue:
             if len(in_flight) < window:
                 room.set()
 
+        limit = await self.max_message_bytes()
         for body in bodies:
             data, content = encode(body)
+            if len(data) > limit:
+                failed += 1
+                first_error = first_error or MessageTooLarge(
+                    f"a message of {len(data)} bytes is over the queue's max_message_bytes ({limit})")
+                continue
             token = str(next(self._ids))
             future: asyncio.Future[Msg] = loop.create_future()
             self._waiting[token] = future

@@ -109,6 +109,7 @@ class DeadLetters:
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._sub: Any = None
+        self._advisory_sub: Any = None
 
     # -- start and stop -------------------------------------------------------------------------
 
@@ -136,9 +137,10 @@ class DeadLetters:
         ]
 
     async def stop(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+        for sub in (self._sub, self._advisory_sub):
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -238,7 +240,8 @@ class DeadLetters:
         """Work through the MAX_DELIVERIES advisories, oldest first."""
         while True:
             try:
-                sub = await retry_unavailable(lambda: self.conn.js.pull_subscribe_bind(MOVER, stream=ADVISORY_STREAM))
+                sub = self._advisory_sub = await retry_unavailable(
+                    lambda: self.conn.js.pull_subscribe_bind(MOVER, stream=ADVISORY_STREAM))
                 while True:
                     try:
                         batch = await sub.fetch(50, timeout=5)
@@ -323,7 +326,11 @@ class DeadLetters:
             record = await self.record_of(queue_id, ".".join(subject.split(".")[1:3]) or None)
             if record is None or record.deleting:
                 raise EnclaveError("The queue does not exist any more.")
-            outcome = await self.move(record, int(body["seq"]), body.get("receive_count"), body.get("error") or None)
+            seq, error = int(body["seq"]), body.get("error") or None
+            if error:  # kept as the message's note, should this move fail and a later one happen
+                await retry_unavailable(lambda: self.conn.js.publish(errors_subject(record.id, seq),
+                                                                     one_line(error).encode()))
+            outcome = await self.move(record, seq, body.get("receive_count"), error)
             reply: dict[str, Any] = {"result": outcome}
         except Exception as exc:  # answered to the app, which raises it
             reply = {"error": str(exc) or type(exc).__name__}

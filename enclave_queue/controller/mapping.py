@@ -11,7 +11,7 @@ from __future__ import annotations
 from nats.js import api
 
 from ..auth.users import CONSUMER, stream_name
-from ..spec import QueueSpec, subject_for
+from ..spec import HEADER_ROOM, QueueSpec, subject_for
 
 #: leased-but-not-deleted messages per queue (the server's default of 1000 is low for a queue)
 MAX_ACK_PENDING = 20_000
@@ -38,7 +38,7 @@ def stream_config(queue_id: str, spec: QueueSpec) -> api.StreamConfig:
         storage=api.StorageType.FILE,
         discard=api.DiscardPolicy.NEW,
         max_age=float(spec.retention_hours * 3600),
-        max_msg_size=spec.max_message_bytes,
+        max_msg_size=spec.max_message_bytes + HEADER_ROOM,
         max_msgs=-1,
         max_bytes=-1,
         allow_direct=True,

@@ -122,3 +122,20 @@ def test_an_unreachable_api_is_a_clear_error(stack):
 def test_traceback_only_on_request(stack):
     result = run(stack, "queue", "get", "no-such-queue", env={"ENCLAVE_TRACEBACK": "1"})
     assert result.returncode == 4 and "Traceback" in result.stderr
+
+
+def test_retry_backoff_from_the_cli_and_dead_letter_paging(stack, unique_name):
+    created = json.loads(ok(stack, "queue", "create", unique_name, "--max-receives", "4",
+                            "--retry-backoff-seconds", "5, 30,120", "--json").stdout)
+    assert created["retry_backoff_seconds"] == [5, 30, 120]
+    bad = run(stack, "queue", "update", unique_name, "--retry-backoff-seconds", "5,x")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: retry_backoff_seconds must be a list of 1–20")
+    cleared = json.loads(ok(stack, "queue", "update", unique_name, "--no-retry-backoff", "--json").stdout)
+    assert cleared["retry_backoff_seconds"] is None
+    for i in range(3):
+        ok(stack, "queue", "send", unique_name, f"m{i}")
+    page = json.loads(ok(stack, "queue", "dead-letters", unique_name, "--limit", "2", "--json").stdout)
+    assert [letter["body"] for letter in page["dead_letters"]] == ["m0", "m1"]
+    rest = json.loads(ok(stack, "queue", "dead-letters", unique_name, "--after", str(page["next_after"]),
+                         "--json").stdout)
+    assert [letter["body"] for letter in rest["dead_letters"]] == ["m2"] and rest["next_after"] is None

@@ -10,6 +10,7 @@ from nats.js import api
 
 from enclave_queue.client import connect
 from enclave_queue.errors import NotFound, Unauthorized
+from enclave_queue.spec import HEADER_ROOM
 from tests.helpers import control_connection, eventually, make_queue
 
 
@@ -120,7 +121,7 @@ async def test_update_applies_in_place_to_the_live_stream_and_consumer(stack, un
         js = nc.jetstream(prefix=f"jsapi.{queue_id}")
         stream = await js.stream_info(creds["stream"])
         consumer = await js.consumer_info(creds["stream"], "worker")
-    assert (stream.config.max_age, stream.config.max_msg_size) == (3600, 2048)
+    assert (stream.config.max_age, stream.config.max_msg_size) == (3600, 2048 + HEADER_ROOM)
     assert (consumer.config.ack_wait, consumer.config.max_deliver) == (2, 5)
     assert stream.state.messages == 1
     assert stream.config.retention == api.RetentionPolicy.WORK_QUEUE

@@ -74,3 +74,15 @@ def test_the_cli_ignores_the_runtime_file_of_a_dead_server(tmp_path):
     assert settings.url == "http://127.0.0.1:7780"
     (tmp_path / "enclave.json").write_text(json.dumps({"pid": os.getpid(), "api_url": "http://127.0.0.1:9"}))
     assert ClientSettings.from_env({"ENCLAVE_HOME": str(tmp_path)}).url == "http://127.0.0.1:9"
+
+
+def test_a_stack_that_has_run_a_while_stops_cleanly_on_sigterm(enclave_stack_factory):
+    """Regression: an undrained pull subscription of the dead-letter mover once held SIGTERM up
+    for 30 s, past the harness's grace, so the stop ended in SIGKILL (exit code -9)."""
+    import time
+
+    stack = enclave_stack_factory()
+    make_queue(stack, "idle")
+    time.sleep(6)  # past the mover's 5 s fetch cycle
+    assert stack.stop() == 0
+    assert "Stopping" in stack.log_path.read_text()

@@ -4,7 +4,7 @@ import pytest
 from nats.js import api
 
 from enclave_queue.controller import mapping
-from enclave_queue.spec import QueueSpec
+from enclave_queue.spec import HEADER_ROOM, QueueSpec
 
 
 @pytest.mark.parametrize(
@@ -24,7 +24,7 @@ def test_stream_config(spec, max_age, max_msg_size):
     assert config.discard == api.DiscardPolicy.NEW
     assert config.allow_direct is True
     assert config.max_age == max_age
-    assert config.max_msg_size == max_msg_size
+    assert config.max_msg_size == max_msg_size + HEADER_ROOM  # the body's limit, plus room for headers
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 import pytest
 
-from enclave_queue.client.queue import nak_delay, scheduled_delay
+from enclave_queue.client.message import nak_delay, scheduled_delay
 
 
 def server_gap(sent: float, receive_count: int, backoff: list[float]) -> float:

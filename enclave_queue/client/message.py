@@ -1,0 +1,119 @@
+"""A received message and how bodies travel: ``Message`` (its verbs are explained in
+queue.py), the body codec, and the retry-delay arithmetic for nacks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Optional
+
+from nats.aio.msg import Msg
+
+from ..errors import EnclaveError
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+
+
+def encode(body: Any) -> tuple[bytes, Optional[dict[str, str]]]:
+    """A body as bytes and headers: bytes as they are, str as UTF-8 text, anything else as JSON."""
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body), None
+    if isinstance(body, str):
+        return body.encode(), {"Content-Type": TEXT}
+    return json.dumps(body, separators=(",", ":")).encode(), {"Content-Type": JSON}
+
+
+def scheduled_delay(receive_count: int, backoff: list[float]) -> float:
+    """The queue's retry schedule for a message after its ``receive_count``-th receive (the last
+    entry repeats); 0 without a schedule."""
+    if not backoff:
+        return 0.0
+    return backoff[min(max(receive_count, 1), len(backoff)) - 1]
+
+
+def nak_delay(wanted: float, receive_count: int, backoff: list[float]) -> float:
+    """The delay to put in a ``-NAK`` so the message comes back ``wanted`` seconds later.
+
+    With a consumer backoff, nats-server 2.15 brings a nak'd message back at nak time + delay -
+    backoff[0] + backoff[its redeliveries so far] (consumer.go, processNak and checkPending), not
+    after the delay alone; this undoes that. Without a backoff the delay is taken as it is."""
+    if not backoff:
+        return wanted
+    redeliveries = min(max(receive_count - 1, 0), len(backoff) - 1)
+    return wanted + backoff[0] - backoff[redeliveries]
+
+
+def decode(data: bytes, content_type: Optional[str]) -> Any:
+    """The inverse of ``encode``, by the message's Content-Type."""
+    if content_type == JSON:
+        return json.loads(data)
+    if content_type and content_type.startswith("text/"):
+        return data.decode()
+    return data
+
+
+class Message:
+    """A received message, leased until deleted, nacked or its visibility timeout passes."""
+
+    __slots__ = ("_queue", "data", "headers", "_reply", "receive_count", "sequence", "_sent_ns")
+
+    def __init__(self, queue: Queue, msg: Msg) -> None:
+        self._queue = queue
+        self.data: bytes = msg.data
+        self.headers: dict[str, str] = msg.headers or {}
+        self._reply: str = msg.reply
+        # $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>
+        tokens = msg.reply.split(".")
+        if len(tokens) > 9:  # the v2 form carries a domain and an account hash first
+            tokens = tokens[:2] + tokens[4:]
+        self.receive_count = int(tokens[4])  #: this receive included
+        self.sequence = int(tokens[5])  #: the message's position in the queue's stream
+        self._sent_ns = int(tokens[7])
+
+    @property
+    def body(self) -> Any:
+        """The body decoded as it was sent: JSON value, text, or bytes."""
+        return decode(self.data, self.headers.get("Content-Type"))
+
+    @property
+    def sent_at(self) -> datetime:
+        return datetime.fromtimestamp(self._sent_ns / 1e9, UTC)
+
+    def __repr__(self) -> str:
+        return f"Message(sequence={self.sequence}, receive_count={self.receive_count}, bytes={len(self.data)})"
+
+    async def delete(self) -> None:
+        """Remove the message from the queue for good; returns once the broker confirmed."""
+        await self._queue._confirm(self._reply, b"+ACK")
+
+    async def nack(self, delay: Optional[float] = None, error: Optional[str] = None) -> None:
+        """Hand the message back: redelivered after ``delay`` seconds (default: the queue's retry
+        schedule for this receive, else at once). ``error`` says why; a dead letter carries the last."""
+        if error:
+            await self._queue._note_error(self.sequence, error)
+        backoff = await self._queue._backoff()
+        if delay is None:
+            delay = scheduled_delay(self.receive_count, backoff)
+        payload = b"-NAK"
+        if delay > 0:
+            sent = nak_delay(delay, self.receive_count, backoff)
+            payload += b" " + json.dumps({"delay": int(sent * 1e9)}).encode()
+        await self._queue._confirm(self._reply, payload)
+
+    async def reject(self, error: Optional[str] = None) -> str:
+        """Dead-letter the message now, with ``error`` as its last error. Returns 'moved' (to the
+        dead-letter queue), 'discarded' (the queue has none) or 'gone' (it was deleted meanwhile)."""
+        outcome = await self._queue._reject(self.sequence, self.receive_count, error)
+        with contextlib.suppress(EnclaveError):
+            await self._queue._confirm(self._reply, b"+ACK")  # end the lease; the message is gone already
+        return outcome
+
+    async def extend(self) -> None:
+        """Keep the message hidden for another lease from now (work in progress): the visibility
+        timeout, or with a retry schedule this receive's entry of it."""
+        await self._queue._confirm(self._reply, b"+WPI")
