@@ -3,7 +3,8 @@
 Every figure is reported next to a baseline measured in the same run on the same machine, as a
 ratio. ``python -m bench`` runs them all; ``python -m bench.<name>`` runs one; ``--quick`` uses
 smaller counts (a smoke run, not numbers to quote). Results are printed as a table and merged
-into ``bench/results/latest.json`` (one entry per benchmark, each stamped with its own run).
+into ``bench/results/latest.json`` (``latest-quick.json`` for ``--quick``), one entry per
+benchmark, each stamped with its own run, machine and load.
 
 This module holds what the benchmarks share: stacks that are always stopped, raw nats-py
 publishers, the report rows and their table, and the JSON file.
@@ -14,9 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -34,7 +37,8 @@ from enclave_queue.testing import EnclaveStack, NatsServer
 
 ROOT = Path(__file__).resolve().parent
 RESULTS_DIR = ROOT / "results"
-RESULTS_FILE = RESULTS_DIR / "latest.json"
+RESULTS_FILE = RESULTS_DIR / "latest.json"  #: full runs
+QUICK_RESULTS_FILE = RESULTS_DIR / "latest-quick.json"  #: --quick runs (smoke numbers, kept apart)
 PROJECT = "bench"
 BODY = b"x" * 256  #: every benchmark message: 256 bytes
 #: the product's default resync period (the test harness uses 1 s, which would make 1000 queues
@@ -43,6 +47,9 @@ STACK_ENV = {"ENCLAVE_RESYNC_SECONDS": "30", "ENCLAVE_LOG_LEVEL": "warning"}
 
 #: PIDs of every broker the benchmarks started; checked at the end of a run
 STARTED_BROKERS: list[int] = []
+#: how long each stack took to start and to stop (stopping is part of the product too)
+STACK_TIMES: list[dict[str, Any]] = []
+SLOW_STOP = 5.0  #: seconds; a slower stop keeps the end of the stack's log in the results
 
 
 # -- results ----------------------------------------------------------------------------------------
@@ -71,6 +78,20 @@ class Report:
     info: dict[str, Any] = field(default_factory=dict)
     started: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     seconds: float = 0.0
+    _clock: float = field(default_factory=time.perf_counter, repr=False)
+    _stacks_from: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        self.info["load_at_start"] = contention()
+        self._stacks_from = len(STACK_TIMES)
+
+    def done(self) -> list[Report]:
+        """Stamp the duration, the stacks' start and stop times, and how busy the machine was
+        (other people's brokers, load)."""
+        self.seconds = time.perf_counter() - self._clock
+        self.info["stacks"] = STACK_TIMES[self._stacks_from:]
+        self.info["load_at_end"] = contention()
+        return [self]
 
     def add(self, case: str, value: float, unit: str, *, baseline: Optional[float] = None, baseline_case: str = "",
             target: str = "", note: str = "") -> Row:
@@ -96,6 +117,18 @@ def _check(target: str, value: float, ratio: Optional[float]) -> Optional[bool]:
     return subject >= float(limit) if op == ">=" else subject <= float(limit)
 
 
+def contention() -> dict[str, Any]:
+    """Signs that something else is using the machine: load averages and nats-servers this
+    process did not start."""
+    try:
+        pids = [int(p) for p in subprocess.run(["pgrep", "-x", "nats-server"], capture_output=True, text=True,
+                                               timeout=5).stdout.split()]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        pids = []
+    return {"loadavg": [round(x, 2) for x in os.getloadavg()],
+            "other_nats_servers": len([p for p in pids if p not in STARTED_BROKERS])}
+
+
 def machine() -> dict[str, Any]:
     model = ""
     with contextlib.suppress(OSError):
@@ -103,8 +136,25 @@ def machine() -> dict[str, Any]:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
+    try:
+        nats_py = importlib.metadata.version("nats-py")
+    except importlib.metadata.PackageNotFoundError:
+        nats_py = "?"
     return {"cpus": os.cpu_count(), "cpu": model, "python": platform.python_version(),
-            "kernel": platform.release(), "nats_server": nats_server_version()}
+            "kernel": platform.release(), "nats_server": nats_server_version(), "nats_py": nats_py,
+            "commit": git_commit()}
+
+
+def git_commit() -> str:
+    """The project's commit, with ``+changes`` if the work tree differs from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT.parent, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT.parent,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    return head + ("+changes" if dirty else "") if head else "?"
 
 
 def nats_server_version() -> str:
@@ -145,10 +195,12 @@ def table(reports: list[Report]) -> str:
 
 
 def save(reports: list[Report]) -> Path:
-    """Merge these reports into results/latest.json (replacing earlier entries of the same name)."""
+    """Merge these reports into results/latest.json, or latest-quick.json for --quick runs
+    (replacing earlier entries of the same name)."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = QUICK_RESULTS_FILE if any(r.quick for r in reports) else RESULTS_FILE
     try:
-        data = json.loads(RESULTS_FILE.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         data = {}
     benchmarks = data.get("benchmarks", {})
@@ -156,8 +208,8 @@ def save(reports: list[Report]) -> Path:
         benchmarks[report.name] = report.as_dict()
     data = {"updated": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
             "benchmarks": benchmarks}
-    RESULTS_FILE.write_text(json.dumps(data, indent=2) + "\n")
-    return RESULTS_FILE
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
 
 
 # -- processes ----------------------------------------------------------------------------------------
@@ -168,18 +220,26 @@ def enclave_stack(env: Optional[dict[str, str]] = None, home: Optional[Path] = N
     """A whole ``enclave up`` on free 127.0.0.1 ports, stopped (broker included) however the block
     ends. Without ``home`` it runs in a temporary directory that is removed afterwards."""
     tmp = None if home is not None else Path(tempfile.mkdtemp(prefix="enclave-bench-"))
+    started = time.perf_counter()
     try:
         stack = EnclaveStack.start(home or tmp / "home", env={**STACK_ENV, **(env or {})})  # type: ignore[operator]
     except BaseException:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
+    times: dict[str, Any] = {"env": env or {}, "start_s": round(time.perf_counter() - started, 2)}
     if stack.broker_pid:
         STARTED_BROKERS.append(stack.broker_pid)
     try:
         yield stack
     finally:
-        stack.stop()
+        stopping = time.perf_counter()
+        times["exit_code"] = stack.stop()
+        times["stop_s"] = round(time.perf_counter() - stopping, 2)
+        if times["stop_s"] > SLOW_STOP:
+            with contextlib.suppress(OSError):
+                times["log_tail"] = stack.log_path.read_text(errors="replace")[-1500:]
+        STACK_TIMES.append(times)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -230,6 +290,34 @@ def rss_mib(pid: int) -> float:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+_APPLIED = re.compile(rb"(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) \[INF\] (?:Reloaded server configuration|Server is ready)")
+
+
+def broker_in_step(stack: EnclaveStack) -> bool:
+    """True when the broker runs the configuration file on disk: no new file being validated,
+    and nats-server last loaded or reloaded its configuration after the file was written."""
+    conf = stack.home / "broker" / "nats.conf"
+    if conf.with_name(conf.name + ".new").exists():
+        return False
+    try:
+        applied = _APPLIED.findall((stack.home / "logs" / "nats-server.log").read_bytes())
+        written = datetime.fromtimestamp(conf.stat().st_mtime)
+    except OSError:
+        return False
+    return bool(applied) and datetime.strptime(applied[-1].decode(), "%Y/%m/%d %H:%M:%S.%f") >= written
+
+
+def quiet(stack: EnclaveStack, timeout: float = 60.0) -> float:
+    """Wait until the stack's broker runs its current configuration (no reload pending or under
+    way) and the control process and broker are idle; returns the seconds waited."""
+    started = time.monotonic()
+    while not broker_in_step(stack) and time.monotonic() - started < timeout:
+        time.sleep(0.05)
+    pids = [stack.pid] + ([stack.broker_pid] if stack.broker_pid else [])
+    settle(pids, window=0.3, timeout=max(1.0, timeout - (time.monotonic() - started)))
+    return time.monotonic() - started
 
 
 def settle(pids: list[int], *, busy: float = 0.15, window: float = 0.5, timeout: float = 60.0) -> float:
@@ -311,28 +399,35 @@ async def raw_sequential(creds: dict[str, str], count: int) -> float:
 
 
 def new_queue(stack: EnclaveStack, name: str, project: str = PROJECT, **settings: Any) -> dict[str, str]:
-    """Create a queue through the admin API, wait until it is Ready, return its credentials."""
+    """Create a queue through the admin API, wait until it is Ready and the stack is idle again
+    (the spare-account refill a create sets off reloads the broker's configuration, and a client
+    that connects during a reload can be cut: nats-server logs "Problem registering with
+    account"), and return its credentials."""
     with stack.admin() as admin:
         admin.create_queue(project, {"name": name, **settings})
         wait_ready(admin, project, name)
-        return admin.credentials(project, name)
+        creds = admin.credentials(project, name)
+    quiet(stack)
+    return creds
 
 
-def wait_ready(admin: Any, project: str, name: str, *, timeout: float = 120.0, poll: float = 0.05) -> int:
-    """Poll until the queue is Ready. Unlike AdminClient.wait_ready, an ``Errored`` state is
-    waited through (the reconciler retries it); returns how many Errored readings were seen."""
+def wait_ready(admin: Any, project: str, name: str, *, timeout: float = 120.0) -> int:
+    """Wait (long-polling the status) until the queue is Ready. Unlike AdminClient.wait_ready, an
+    ``Errored`` state is waited through (the reconciler retries it); returns how many Errored
+    answers were seen."""
     deadline = time.monotonic() + timeout
     errored = 0
     while True:
-        status = admin.queue_status(project, name)
+        remaining = deadline - time.monotonic()
+        status = admin.queue_status(project, name, wait_seconds=max(0.1, min(10.0, remaining)))
         if status["observed_generation"] >= status["generation"]:
             if status["state"] == "Ready":
                 return errored
             if status["state"] == "Errored":
                 errored += 1
+                time.sleep(0.1)  # a settled Errored answers at once: do not spin
         if time.monotonic() > deadline:
             raise TimeoutError(f"queue {project}/{name} not Ready after {timeout:g} s: {status['message']}")
-        time.sleep(poll)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -356,7 +451,7 @@ def median(values: list[float]) -> float:
 def parse_args(description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="smaller counts: a smoke run, not numbers to quote")
-    parser.add_argument("--no-save", action="store_true", help="do not update bench/results/latest.json")
+    parser.add_argument("--no-save", action="store_true", help="do not write bench/results/")
     return parser.parse_args()
 
 
@@ -380,14 +475,6 @@ def main(run: Callable[[bool], list[Report]], description: str) -> None:
     reports = run(args.quick)
     print(f"\n{description}: {time.perf_counter() - started:.0f} s")
     raise SystemExit(finish(reports, save_results=not args.no_save))
-
-
-def timed(report: Report, fn: Callable[[], Any]) -> Any:
-    started = time.perf_counter()
-    try:
-        return fn()
-    finally:
-        report.seconds = time.perf_counter() - started
 
 
 def say(text: str) -> None:

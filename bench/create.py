@@ -2,19 +2,20 @@
 
 Measured (each create alone, one after another, on a quiet stack):
 - API path: ``AdminClient.create_queue`` + ``AdminClient.wait_ready``, wall time per queue;
-- the same with a new TCP connection per request (a diagnostic: see ``Fleet.fresh_admin``);
 - CLI path: the real ``enclave queue create NAME --wait`` subprocess (process start included);
 - in two modes: "pool warm" (the default ``ENCLAVE_ACCOUNT_POOL=4``, and before each create the
   stack is given time to refill its spare accounts: the broker's reload log line is awaited and
-  the processes are let go idle) and "pool off" (``ENCLAVE_ACCOUNT_POOL=0``: every create waits
-  for a broker config reload). Pool off at the top level restarts the pool-warm stack's data
+  the processes are let go idle; right after the fill to the top level, throwaway creates run
+  until one no longer waits for a reload, and the first is reported as "first create right after
+  filling")
+  and "pool off" (``ENCLAVE_ACCOUNT_POOL=0``: every create waits for a broker config reload). Pool off at the top level restarts the pool-warm stack's data
   dir with the pool off (and claims its leftover spares first).
 
 Baseline, same run: the raw broker work a queue needs, ``add_stream`` + ``add_consumer`` with the
 queue's own stream and consumer config, on a plain nats-server holding as many streams.
 
 The existing queues are created concurrently (96 at a time) in a separate project; readiness is
-polled and an ``Errored`` status on the way is waited through and counted. Broker RSS is sampled
+long-polled and an ``Errored`` status on the way is waited through and counted. Broker RSS is sampled
 at each level for bench.memory. Target: pool-warm API p50 <= 300 ms at 1000 queues.
 """
 
@@ -31,8 +32,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
-import httpx
-
 from enclave_queue.controller import mapping
 from enclave_queue.errors import EnclaveError
 from enclave_queue.spec import QueueSpec
@@ -46,24 +45,26 @@ from . import (
     median,
     percentile,
     plain_nats,
+    quiet,
     rss_mib,
     say,
-    settle,
     wait_ready,
 )
 
 NAME = "create"
 FILL_PROJECT = "fill"
 FILL_CONCURRENCY = 96
-FILL_POLL = 0.5  #: seconds between status polls of each filling thread (keeps the API's load down)
 ENCLAVE_CLI = Path(sys.executable).with_name("enclave")
 RELOADED = b"Reloaded server configuration"
 
 
 def plan(quick: bool) -> dict[str, Any]:
+    """Levels of existing queues, and how many creates of each kind at each level. At the top
+    level every create sets off a reload of a few seconds (and stopping the stack takes tens of
+    seconds), so there are fewer there to keep ``python -m bench`` near six minutes."""
     if quick:
-        return {"levels": (1, 20, 100), "warm": 5, "off": 3, "cli": 1, "fresh": 3, "raw": 10}
-    return {"levels": (1, 100, 1000), "warm": 20, "off": 10, "cli": 2, "fresh": 5, "raw": 20}
+        return {"levels": (1, 20, 100), "warm": (5, 5, 5), "cli": (1, 1, 1), "off": (3, 3, 3), "raw": 10}
+    return {"levels": (1, 100, 1000), "warm": (20, 20, 12), "cli": (3, 3, 2), "off": (10, 10, 4), "raw": 20}
 
 
 class Fleet:
@@ -103,18 +104,6 @@ class Fleet:
             self._clients.append(admin)
         return admin
 
-    def fresh_admin(self) -> Any:
-        """An AdminClient that opens a new TCP connection for every request. Diagnostic only: the
-        API's listening socket is created without IPPROTO_TCP, so asyncio leaves Nagle on and a
-        response on a kept-alive connection waits ~40 ms for the client's delayed ACK; a fresh
-        connection does not."""
-        admin = self.stack.admin()
-        admin._http.close()
-        admin._http = httpx.Client(base_url=admin.url, headers={"Authorization": f"Bearer {self.stack.token}"},
-                                   timeout=30.0, limits=httpx.Limits(max_keepalive_connections=0))
-        self._clients.append(admin)
-        return admin
-
     def close(self) -> None:
         for client in self._clients:
             client.close()
@@ -128,11 +117,14 @@ class Fleet:
         def one(name: str) -> int:
             admin = self._admin()
             admin.create_queue(FILL_PROJECT, {"name": name})
-            return wait_ready(admin, FILL_PROJECT, name, timeout=300, poll=FILL_POLL)
+            return wait_ready(admin, FILL_PROJECT, name, timeout=300)
 
         started = time.perf_counter()
-        with ThreadPoolExecutor(concurrency) as pool:
+        pool = ThreadPoolExecutor(concurrency)
+        try:
             errored = sum(pool.map(one, names))
+        finally:  # on Ctrl-C or a failure, do not go on creating the rest
+            pool.shutdown(wait=True, cancel_futures=True)
         self.existing = total
         return time.perf_counter() - started, errored
 
@@ -141,22 +133,24 @@ class Fleet:
         return f"{kind}-{self.existing:05d}-{self._serial:03d}"
 
     def _quiet(self, reloads_before: Optional[int]) -> None:
-        """Before the next measured create: the pool's refill reload done, the stack idle."""
+        """Before the next measured create: the pool's refill reload done (it starts a moment
+        after the create that set it off), the broker in step with its file, the stack idle."""
         if reloads_before is not None:
             deadline = time.monotonic() + 15
             while self.reloads() <= reloads_before and time.monotonic() < deadline:
                 time.sleep(0.05)
-        settle(self.pids(), window=0.3, timeout=20)
+        quiet(self.stack)
 
-    def api_creates(self, count: int, *, warm: bool, fresh: bool = False) -> tuple[list[float], int]:
+    def api_creates(self, count: int, *, warm: bool, kind: str = "api") -> tuple[list[float], int]:
         """``count`` creates through the API, one at a time; (milliseconds each, how many of them
-        were followed by no reload at all — in pool-off mode that means a leftover spare)."""
-        admin = self.fresh_admin() if fresh else self._admin()
+        had a broker reload complete while they waited: in pool-off mode that should be all of
+        them, in pool-warm mode none)."""
+        admin = self._admin()
         times: list[float] = []
-        no_reload = 0
+        reloaded = 0
         self._quiet(None)
         for _ in range(count):
-            name = self._name("api")
+            name = self._name(kind)
             before = self.reloads()
             started = time.perf_counter()
             admin.create_queue(PROJECT, {"name": name})
@@ -166,10 +160,10 @@ class Fleet:
                 self.failed_waits += 1
                 self.errored += wait_ready(admin, PROJECT, name)
             times.append((time.perf_counter() - started) * 1000)
+            reloaded += self.reloads() > before
             self.existing += 1
             self._quiet(before if warm else None)
-            no_reload += self.reloads() == before
-        return times, no_reload
+        return times, reloaded
 
     def cli_creates(self, count: int, *, warm: bool) -> list[float]:
         """``count`` runs of the real ``enclave queue create NAME --wait`` (milliseconds each)."""
@@ -190,17 +184,31 @@ class Fleet:
             self._quiet(before if warm else None)
         return times
 
+    def warm_up(self, limit: int = 3) -> list[float]:
+        """After a burst of creates the spare pool can be short (it is topped up when a create
+        claims from it): create throwaway queues until one no longer waits for a reload; returns
+        their times (milliseconds), the first ones being what a create right after a burst costs."""
+        times: list[float] = []
+        for _ in range(limit):
+            one, reloaded = self.api_creates(1, warm=True, kind="first")
+            times += one
+            if not reloaded:
+                break
+        return times
+
     def claim_spares(self, limit: int = 10) -> int:
-        """Create throwaway queues until one needs a reload (no spare account left); returns how many."""
+        """Create throwaway queues until one has to wait for a reload (no spare account left);
+        returns how many were created."""
         admin = self._admin()
         for made in range(1, limit + 1):
             name = self._name("spare")
             before = self.reloads()
             admin.create_queue(PROJECT, {"name": name})
             wait_ready(admin, PROJECT, name)
+            waited = self.reloads() > before
             self.existing += 1
-            settle(self.pids(), window=0.3, timeout=20)
-            if self.reloads() > before:
+            quiet(self.stack)
+            if waited:
                 return made
         return limit
 
@@ -247,7 +255,6 @@ async def raw_creates(url: str, levels: tuple[int, ...], count: int) -> dict[str
 def run(quick: bool, samples: Optional[dict[str, Any]] = None) -> list[Report]:
     """``samples``, if given, receives the broker RSS readings (for bench.memory)."""
     report = Report(NAME, quick)
-    started = time.perf_counter()
     p = plan(quick)
     levels: tuple[int, ...] = p["levels"]
     top = levels[-1]
@@ -260,45 +267,43 @@ def run(quick: bool, samples: Optional[dict[str, Any]] = None) -> list[Report]:
     tmp = Path(tempfile.mkdtemp(prefix="enclave-bench-create-"))
     try:
         home = tmp / "warm"
-        say(f"create: pool warm, levels {levels}, {p['warm']} API + {p['cli']} CLI creates each")
+        say(f"create: pool warm, levels {levels}, {p['warm']} API and {p['cli']} CLI creates")
         with enclave_stack(home=home) as stack:
             fleet = Fleet(stack)
             try:
-                settle(fleet.pids(), timeout=20)
+                quiet(stack)
                 rss["0"] = fleet.rss()
-                for level in levels:
+                for index, level in enumerate(levels):
                     seconds, fill_errored = fleet.fill_to(level)
                     fills[f"warm_{level}"] = {"seconds": round(seconds, 1), "errored_readings": fill_errored}
-                    settle(fleet.pids(), timeout=60)
+                    quiet(stack)
                     rss[str(level)] = fleet.rss()
                     say(f"create: {level} queues (filled in {seconds:.1f} s), broker RSS {rss[str(level)]:.0f} MiB")
+                    first = fleet.warm_up() if level == top else []  # below it a reload is too quick to tell
                     at = fleet.existing
-                    times, _ = fleet.api_creates(p["warm"], warm=True)
-                    cli = fleet.cli_creates(p["cli"], warm=True)
-                    fresh, _ = fleet.api_creates(p["fresh"], warm=True, fresh=True)
-                    warm[level] = {"existing": at, "api_ms": times, "cli_ms": cli, "fresh_connection_api_ms": fresh}
-                    say(f"create: warm @{at}: API p50 {median(times):.0f} ms, CLI median {median(cli):.0f} ms, "
-                        f"API with fresh connections p50 {median(fresh):.0f} ms")
-                settle(fleet.pids(), timeout=60)
+                    times, reloaded = fleet.api_creates(p["warm"][index], warm=True)
+                    cli = fleet.cli_creates(p["cli"][index], warm=True)
+                    warm[level] = {"existing": at, "api_ms": times, "cli_ms": cli, "waited_for_reload": reloaded,
+                                   "first_after_fill_ms": first}
+                    say(f"create: warm @{at}: API p50 {median(times):.0f} ms, CLI median {median(cli):.0f} ms")
+                quiet(stack)
                 rss[f"end_{fleet.existing}"] = fleet.rss()
                 warm_existing = fleet.existing
                 errored, failed = fleet.errored, fleet.failed_waits
             finally:
                 fleet.close()
-            stopping = time.perf_counter()
-        report.info[f"stop_seconds_{warm_existing}"] = round(time.perf_counter() - stopping, 1)
 
-        say(f"create: pool off (ENCLAVE_ACCOUNT_POOL=0), {p['off']} API creates at {levels[:-1]}")
+        say(f"create: pool off (ENCLAVE_ACCOUNT_POOL=0), {p['off'][:-1]} API creates at {levels[:-1]}")
         with enclave_stack({"ENCLAVE_ACCOUNT_POOL": "0"}) as stack:
             fleet = Fleet(stack)
             try:
-                for level in levels[:-1]:
+                for index, level in enumerate(levels[:-1]):
                     seconds, fill_errored = fleet.fill_to(level)
                     fills[f"off_{level}"] = {"seconds": round(seconds, 1), "errored_readings": fill_errored}
-                    settle(fleet.pids(), timeout=60)
+                    quiet(stack)
                     at = fleet.existing
-                    times, no_reload = fleet.api_creates(p["off"], warm=False)
-                    off[level] = {"existing": at, "api_ms": times, "without_reload": no_reload}
+                    times, reloaded = fleet.api_creates(p["off"][index], warm=False)
+                    off[level] = {"existing": at, "api_ms": times, "waited_for_reload": reloaded}
                     say(f"create: off @{at}: API p50 {median(times):.0f} ms")
                 errored, failed = errored + fleet.errored, failed + fleet.failed_waits
             finally:
@@ -310,12 +315,12 @@ def run(quick: bool, samples: Optional[dict[str, Any]] = None) -> list[Report]:
             report.info["restart_seconds"] = round(time.perf_counter() - restart, 2)
             fleet = Fleet(stack, existing=warm_existing)
             try:
-                report.info["restart_settle_seconds"] = round(settle(fleet.pids(), timeout=120), 1)
+                report.info["restart_settle_seconds"] = round(quiet(stack, timeout=120), 1)
                 rss[f"restart_{fleet.existing}"] = fleet.rss()
                 report.info["spares_claimed_before_pool_off"] = fleet.claim_spares()
                 at = fleet.existing
-                times, no_reload = fleet.api_creates(p["off"], warm=False)
-                off[top] = {"existing": at, "api_ms": times, "without_reload": no_reload}
+                times, reloaded = fleet.api_creates(p["off"][-1], warm=False)
+                off[top] = {"existing": at, "api_ms": times, "waited_for_reload": reloaded}
                 say(f"create: off @{at}: API p50 {median(times):.0f} ms")
                 errored, failed = errored + fleet.errored, failed + fleet.failed_waits
             finally:
@@ -340,15 +345,18 @@ def run(quick: bool, samples: Optional[dict[str, Any]] = None) -> list[Report]:
         report.add(f"pool warm, API p50 @{w['existing']}", median(w["api_ms"]), "ms", baseline=base50,
                    baseline_case="raw add_stream+add_consumer p50", target=target)
         report.add(f"pool warm, API p95 @{w['existing']}", percentile(w["api_ms"], 95), "ms", baseline=base95,
-                   baseline_case="raw add_stream+add_consumer p95")
+                   baseline_case="raw add_stream+add_consumer p95",
+                   note=f"{w['waited_for_reload']} of {len(w['api_ms'])} had a broker reload complete while they waited"
+                   if w["waited_for_reload"] and level == top else "")
+        if level == top:
+            report.add(f"first create right after filling to {level}", w["first_after_fill_ms"][0], "ms",
+                       baseline=base50, baseline_case="raw add_stream+add_consumer p50",
+                       note=f"creates until the pool was warm again: {[round(t) for t in w['first_after_fill_ms']]} ms; "
+                       "the spare pool is topped up only when a create claims from it, so a burst leaves it short")
         report.add(f"pool warm, CLI median @{w['existing']}", median(w["cli_ms"]), "ms",
                    baseline=median(w["api_ms"]), baseline_case="API p50 at the same level (CLI overhead)")
-        report.add(f"pool warm, API p50, new TCP connection per request @{w['existing']}",
-                   median(w["fresh_connection_api_ms"]), "ms", baseline=base50,
-                   baseline_case="raw add_stream+add_consumer p50",
-                   note="diagnostic: sidesteps the ~40 ms Nagle/delayed-ACK wait per kept-alive API response"
-                   if level == top else "")
-        note = f"{o['without_reload']} of {len(o['api_ms'])} needed no reload" if o["without_reload"] else ""
+        waited = o["waited_for_reload"]
+        note = f"only {waited} of {len(o['api_ms'])} waited for a reload" if waited < len(o["api_ms"]) else ""
         report.add(f"pool off, API p50 @{o['existing']}", median(o["api_ms"]), "ms", baseline=base50,
                    baseline_case="raw add_stream+add_consumer p50", note=note)
         report.add(f"pool off, API p95 @{o['existing']}", percentile(o["api_ms"], 95), "ms", baseline=base95,
@@ -358,8 +366,7 @@ def run(quick: bool, samples: Optional[dict[str, Any]] = None) -> list[Report]:
                                f"the reconciler's retry made them Ready; their time includes the retry)")
     if samples is not None:
         samples.update({"broker_rss_mib": rss, "plain_broker_rss_mib": plain_rss})
-    report.seconds = time.perf_counter() - started
-    return [report]
+    return report.done()
 
 
 if __name__ == "__main__":

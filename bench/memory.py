@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from . import Report, enclave_stack, main, plain_nats, rss_mib, say, settle
+from . import Report, enclave_stack, main, plain_nats, quiet, rss_mib, say
 
 NAME = "memory"
 
@@ -37,17 +37,17 @@ def measure(quick: bool) -> dict[str, Any]:
         with enclave_stack(home=tmp / "home") as stack:
             fleet = Fleet(stack)
             try:
-                settle(fleet.pids(), timeout=20)
+                quiet(stack)
                 rss["0"] = fleet.rss()
                 seconds, _ = fleet.fill_to(top)
                 say(f"memory: {top} queues in {seconds:.1f} s")
-                settle(fleet.pids(), timeout=60)
+                quiet(stack)
                 rss[str(top)] = fleet.rss()
             finally:
                 fleet.close()
         with enclave_stack(home=tmp / "home") as stack:
             fleet = Fleet(stack, existing=top)
-            settle(fleet.pids(), timeout=120)
+            quiet(stack, timeout=120)
             rss[f"restart_{top}"] = fleet.rss()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -62,7 +62,6 @@ def measure(quick: bool) -> dict[str, Any]:
 
 def run(quick: bool, samples: Optional[dict[str, Any]] = None) -> list[Report]:
     report = Report(NAME, quick)
-    started = time.perf_counter()
     if not samples:
         samples = measure(quick)
         report.info["source"] = "own stack"
@@ -74,8 +73,13 @@ def run(quick: bool, samples: Optional[dict[str, Any]] = None) -> list[Report]:
     top = levels[-1]
     plain_top = max(int(k) for k in plain)
     for level in levels[1:]:
-        report.add(f"Enclave broker RSS, {level} queues", rss[str(level)], "MiB", baseline=rss["0"],
+        report.add(f"Enclave broker RSS, {level} queue{'' if level == 1 else 's'}", rss[str(level)], "MiB", baseline=rss["0"],
                    baseline_case="same broker, 0 queues", target="value <= 256" if level == top else "")
+    ended = [k for k in rss if k.startswith("end_")]
+    if ended:
+        report.add(f"Enclave broker RSS, {ended[0].split('_')[1]} queues, after bench.create's measured creates",
+                   rss[ended[0]], "MiB", baseline=rss["0"], baseline_case="same broker, 0 queues",
+                   note="each create at this size sets off a config reload; RSS grows with every one")
     restarted = [k for k in rss if k.startswith("restart_")]
     if restarted:
         report.add(f"Enclave broker RSS, {restarted[0].split('_')[1]} queues, after a restart", rss[restarted[0]], "MiB",
@@ -86,8 +90,7 @@ def run(quick: bool, samples: Optional[dict[str, Any]] = None) -> list[Report]:
     report.add(f"Enclave broker vs plain nats-server at {top}", rss[str(top)], "MiB", baseline=plain[str(plain_top)],
                baseline_case="plain nats-server, same number of streams in one account",
                note="the difference is what one account per queue costs")
-    report.seconds = time.perf_counter() - started
-    return [report]
+    return report.done()
 
 
 if __name__ == "__main__":
