@@ -9,7 +9,7 @@ import time
 import traceback
 from typing import Any
 
-from . import Report, create, durability, finish, memory, parse_args, receive, say, send
+from . import Report, create, deadletters, durability, finish, memory, parse_args, receive, say, send
 
 
 def run_all(quick: bool) -> tuple[list[Report], list[str]]:
@@ -20,6 +20,7 @@ def run_all(quick: bool) -> tuple[list[Report], list[str]]:
         ("send", lambda: send.run(quick)),
         ("receive", lambda: receive.run(quick)),
         ("durability", lambda: durability.run(quick)),
+        ("deadletters", lambda: deadletters.run(quick)),
         ("create", lambda: create.run(quick, samples)),
         ("memory", lambda: memory.run(quick, samples)),
     ]

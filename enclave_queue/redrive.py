@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("enclave.redrive")
 
 READ_BATCH = 200  #: letters read per direct-get request
+CHUNK = 64  #: letters moved at once (publishes pipelined, then deletes)
 MAX_LIST = 500  #: letters one listing may return
 KEEP_FINISHED = 100  #: finished redrive tasks remembered
 
@@ -192,6 +193,12 @@ class DeadLetterOps:
 
     async def _move_back(self, record: QueueRecord, letter: Letter, dest: QueueRecord) -> int:
         """Publish ``letter`` to ``dest`` (deduplicated), then delete it from ``record``'s stream."""
+        sequence = await self._publish_back(record, letter, dest)
+        await delete_message(self.conn.queue_js(record.id), stream_name(record.id), letter.sequence)
+        return sequence
+
+    async def _publish_back(self, record: QueueRecord, letter: Letter, dest: QueueRecord) -> int:
+        """Publish ``letter`` to ``dest``; a repeat within the dedupe window stores nothing new."""
         headers = {**clean_headers(letter.headers), "Nats-Msg-Id": f"redrive:{record.id}:{letter.sequence}"}
         subject = send_subject(dest.id, subject_for(dest.spec.project, dest.spec.name))
         reply = await retry_unavailable(
@@ -200,7 +207,6 @@ class DeadLetterOps:
         if "error" in ack:
             raise EnclaveError(f"Queue '{dest.spec.name}' refused message {letter.sequence}: "
                                f"{ack['error'].get('description')}.")
-        await delete_message(self.conn.queue_js(record.id), stream_name(record.id), letter.sequence)
         return int(ack["seq"])
 
     async def retry(self, project: str, name: str, seq: int) -> dict[str, Any]:
@@ -270,43 +276,43 @@ class DeadLetterOps:
         return task.view()
 
     async def _run(self, task: RedriveTask, record: QueueRecord) -> None:
+        """Read the letters in batches; move each batch's chosen letters CHUNK at a time, their
+        publishes pipelined (stored in order), then their deletes; keep to ``rate``."""
         started = time.monotonic()
         destinations: dict[str, QueueRecord] = {}
+        chunk_size = CHUNK if not task.rate else max(1, min(CHUNK, int(task.rate / 10)))
         after = 0
+        contiguous = True  #: every letter so far was moved: a chunk can be removed with one purge
         try:
             while task.max is None or task.moved < task.max:
                 letters = await self._read(record, after, READ_BATCH)
-                if not letters:
+                if not letters or letters[0].sequence > task.last_sequence:
                     break
-                if letters[0].sequence > task.last_sequence:
-                    break
+                chosen: list[Letter] = []
                 for letter in letters:
-                    if task.stop_requested:
-                        raise _Stopped
                     if letter.sequence > task.last_sequence:
                         break
                     after = letter.sequence
                     task.scanned += 1
                     if task.filter_error and task.filter_error.lower() not in letter.last_error.lower():
+                        contiguous = False
                         continue
-                    if task.max is not None and task.moved >= task.max:
+                    if task.max is not None and task.moved + len(chosen) >= task.max:
                         break
-                    try:
-                        key = task.to or letter.headers.get(SOURCE_QUEUE) or ""
-                        if key not in destinations:
-                            destinations[key] = await self._destination(record, letter, task.to)
-                        if not task.dry_run:
-                            await self._move_back(record, letter, destinations[key])
-                        task.moved += 1
-                    except (EnclaveError, nats.errors.Error) as exc:
-                        task.failed += 1
-                        if len(task.errors) < 10:
-                            task.errors.append(f"message {letter.sequence}: {exc}")
+                    chosen.append(letter)
+                for i in range(0, len(chosen), chunk_size):
+                    if task.stop_requested:
+                        raise _Stopped
+                    failed = task.failed
+                    await self._move_chunk(task, record, chosen[i:i + chunk_size], destinations, contiguous)
+                    contiguous = contiguous and task.failed == failed
                     if task.rate and not task.dry_run:
                         ahead = task.moved / task.rate - (time.monotonic() - started)
                         while ahead > 0 and not task.stop_requested:
                             await asyncio.sleep(min(ahead, 0.05))
                             ahead = task.moved / task.rate - (time.monotonic() - started)
+                if task.max is not None and task.moved >= task.max:
+                    break
             if task.filter_error or task.max is None:
                 task.total = task.moved + task.failed  # now known exactly
             task.state = "done"
@@ -318,6 +324,44 @@ class DeadLetterOps:
             log.warning("redrive %s of %s failed: %s", task.id, record.key, exc)
         finally:
             task.finished_at = datetime.now(UTC).isoformat()
+
+    async def _move_chunk(self, task: RedriveTask, record: QueueRecord, letters: list[Letter],
+                          destinations: dict[str, QueueRecord], contiguous: bool) -> None:
+        """Move ``letters``. ``contiguous``: every letter before them was moved too, so if all of
+        these go, one purge below the last removes them (deletes one by one cost a write each)."""
+        ready: list[tuple[Letter, QueueRecord]] = []
+        for letter in letters:
+            key = task.to or letter.headers.get(SOURCE_QUEUE) or ""
+            try:
+                if key not in destinations:
+                    destinations[key] = await self._destination(record, letter, task.to)
+                ready.append((letter, destinations[key]))
+            except (EnclaveError, nats.errors.Error) as exc:
+                self._failed(task, letter, exc)
+        if task.dry_run:
+            task.moved += len(ready)
+            return
+        published = await asyncio.gather(*(self._publish_back(record, letter, dest) for letter, dest in ready),
+                                         return_exceptions=True)
+        js = self.conn.queue_js(record.id)
+        stream = stream_name(record.id)
+        for (letter, _), outcome in zip(ready, published, strict=True):
+            if isinstance(outcome, BaseException):
+                self._failed(task, letter, outcome)
+        moved = [letter for (letter, _), outcome in zip(ready, published, strict=True)
+                 if not isinstance(outcome, BaseException)]
+        subject = subject_for(record.spec.project, record.spec.name)
+        if contiguous and len(moved) == len(letters) and moved:
+            await retry_unavailable(lambda: js.purge_stream(stream, subject=subject, seq=moved[-1].sequence + 1))
+        else:
+            await asyncio.gather(*(delete_message(js, stream, letter.sequence) for letter in moved))
+        task.moved += len(moved)
+
+    @staticmethod
+    def _failed(task: RedriveTask, letter: Letter, exc: BaseException) -> None:
+        task.failed += 1
+        if len(task.errors) < 10:
+            task.errors.append(f"message {letter.sequence}: {exc}")
 
     def _forget_old(self) -> None:
         finished = [t for t in self.tasks.values() if t.state != "running"]

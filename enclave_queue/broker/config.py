@@ -30,7 +30,7 @@ MAX_MEMORY_STORE = 512 * 1024 * 1024  #: bytes
 MAX_PAYLOAD = 2 * 1024 * 1024
 
 #: advisories each queue account exports to the control plane (for the dead-letter mover)
-ADVISORIES = ("MAX_DELIVERIES", "MSG_TERMINATED")
+ADVISORIES = ("MAX_DELIVERIES",)
 
 
 @dataclass(frozen=True)
@@ -126,15 +126,11 @@ def control_imports(entry: AccountEntry) -> list[dict[str, Any]]:
     ]
 
 
-def control_exports(accounts: tuple[AccountEntry, ...]) -> list[dict[str, Any]]:
-    """Error notes and reject requests, for the queue accounts only (each imports its own id's)."""
-    ids = [entry.id for entry in accounts]
-    if not ids:
-        return []
-    return [
-        {"service": "errors.*.*", "accounts": ids},
-        {"service": "deadletter.*", "accounts": ids},
-    ]
+def control_exports() -> list[dict[str, Any]]:
+    """Error notes and reject requests. Public exports (no account list, which would name every
+    queue twice in each reload): only this configuration declares imports, and each queue
+    account imports just its own id's subjects."""
+    return [{"service": "errors.*.*"}, {"service": "deadletter.*"}]
 
 
 def build(config: BrokerConfig) -> dict[str, Any]:
@@ -145,7 +141,7 @@ def build(config: BrokerConfig) -> dict[str, Any]:
             "jetstream": "enabled",
             "users": [{"nkey": config.control_nkey}],
             "imports": [imp for entry in config.accounts for imp in control_imports(entry)],
-            "exports": control_exports(config.accounts),
+            "exports": control_exports(),
         },
     }
     for entry in config.accounts:

@@ -87,9 +87,14 @@ class Message:
     def __repr__(self) -> str:
         return f"Message(sequence={self.sequence}, receive_count={self.receive_count}, bytes={len(self.data)})"
 
-    async def delete(self) -> None:
-        """Remove the message from the queue for good; returns once the broker confirmed."""
-        await self._queue._confirm(self._reply, b"+ACK")
+    async def delete(self, *, confirm: bool = True) -> None:
+        """Remove the message from the queue for good; returns once the broker confirmed.
+        ``confirm=False`` sends the delete without waiting (as a plain NATS ``ack()`` does): faster,
+        but a delete lost on the way means the message comes back after its lease."""
+        if confirm:
+            await self._queue._confirm(self._reply, b"+ACK")
+        else:
+            await self._queue._send_unconfirmed([self._reply])
 
     async def nack(self, delay: Optional[float] = None, error: Optional[str] = None) -> None:
         """Hand the message back: redelivered after ``delay`` seconds (default: the queue's retry

@@ -9,6 +9,8 @@ What each verb does on the broker (JetStream):
   it comes back, with ``receive_count`` one higher.
 - ``Message.delete`` acknowledges (``+ACK``); the message leaves the queue for good. It returns
   once the broker has confirmed. ``Queue.delete_many`` does the same for many in one round trip.
+  With ``confirm=False`` neither waits (a plain NATS ``ack()``): the fastest way to consume, at
+  the price that a delete lost on the way brings its message back after the lease.
 - ``Message.nack(delay=, error=)`` hands the message back now or after ``delay`` seconds
   (``-NAK``); without a delay, the queue's ``retry_backoff_seconds`` schedule decides (JetStream
   applies its backoff only to timeouts, so the SDK applies it to nacks). It counts as a receive;
@@ -409,9 +411,19 @@ class Queue:
         task.add_done_callback(self._prefetches.discard)
         return task
 
-    async def delete_many(self, messages: Iterable[Message], timeout: float = DEFAULT_TIMEOUT) -> None:
-        """Delete many received messages, waiting once for all the broker's confirmations."""
-        await self._confirm_many([(message._reply, b"+ACK") for message in messages], timeout)
+    async def delete_many(self, messages: Iterable[Message], timeout: float = DEFAULT_TIMEOUT, *,
+                          confirm: bool = True) -> None:
+        """Delete many received messages, waiting once for all the broker's confirmations.
+        ``confirm=False``: send the deletes without waiting (see ``Message.delete``)."""
+        if confirm:
+            await self._confirm_many([(message._reply, b"+ACK") for message in messages], timeout)
+        else:
+            await self._send_unconfirmed([message._reply for message in messages])
+
+    async def _send_unconfirmed(self, replies: list[str]) -> None:
+        self._check_open()
+        for reply in replies:
+            await self._nc.publish(reply, b"+ACK")
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -192,12 +192,14 @@ class DeadLetters:
         except nats.js.errors.NotFoundError:
             return "gone"
         spec = record.spec
+        noted: Optional[str] = None
         if spec.dead_letter_queue:
             found = await self.store.queues.get(queue_key(spec.project, spec.dead_letter_queue))
             if found is None or found[0].deleting:
                 raise MoveError(f"Dead-letter queue '{spec.dead_letter_queue}' of queue '{spec.name}' does not exist.")
             dlq = found[0]
-            reason = error if error is not None else await self.last_error(record.id, seq)
+            noted = await self.last_error(record.id, seq)
+            reason = error if error is not None else noted
             headers = {
                 **clean_headers(msg.headers),
                 "Nats-Msg-Id": f"dlq:{record.id}:{seq}",
@@ -223,8 +225,9 @@ class DeadLetters:
         else:
             outcome = "discarded"
         await delete_message(source, stream, seq)
-        with contextlib.suppress(nats.js.errors.NotFoundError, nats.errors.Error):
-            await self.conn.js.purge_stream(ERRORS_STREAM, subject=errors_subject(record.id, seq))
+        if spec.dead_letter_queue is None or noted is not None:  # the note has served; without a DLQ, unread
+            with contextlib.suppress(nats.js.errors.NotFoundError, nats.errors.Error):
+                await self.conn.js.purge_stream(ERRORS_STREAM, subject=errors_subject(record.id, seq))
         await self.store.count(record.key, "dead_lettered" if outcome == "moved" else "discarded")
         if outcome == "moved":
             self.moved += 1
@@ -247,8 +250,8 @@ class DeadLetters:
                         batch = await sub.fetch(50, timeout=5)
                     except nats.errors.TimeoutError:
                         continue
-                    for advisory in batch:
-                        await self._handle_advisory(advisory)
+                    # queues in parallel; each queue's moves are serialised by its lock
+                    await asyncio.gather(*(self._handle_advisory(advisory) for advisory in batch))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the broker restarting, say: start over

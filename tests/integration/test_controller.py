@@ -6,6 +6,7 @@ import asyncio
 import pytest
 from nats.js import api
 
+from enclave_queue.broker.connection import retry_unavailable
 from enclave_queue.server import Runtime
 from enclave_queue.settings import EnclaveSettings
 from enclave_queue.spec import QueueSpec
@@ -59,8 +60,10 @@ async def test_drift_that_cannot_be_repaired_in_place_is_errored_with_the_reason
     await eventually(lambda: ready(runtime, "broken"), timeout=10)
     js = runtime.conn.queue_js(queue.id)
     stream = queue.id.upper()
-    await js.delete_stream(stream)
-    await js.add_stream(name=stream, subjects=[queue.subject], retention=api.RetentionPolicy.LIMITS)
+    # the pool's refill may be reloading the broker: its API answers "no responders" for a moment
+    await retry_unavailable(lambda: js.delete_stream(stream))
+    await retry_unavailable(lambda: js.add_stream(name=stream, subjects=[queue.subject],
+                                                  retention=api.RetentionPolicy.LIMITS))
 
     async def errored():
         status = await runtime.service.status("default", "broken")
@@ -72,5 +75,5 @@ async def test_drift_that_cannot_be_repaired_in_place_is_errored_with_the_reason
     assert condition["status"] is True and condition["message"] == status["message"]
 
     # the operator fixes it by hand; the next resync brings the queue back to Ready
-    await js.delete_stream(stream)
+    await retry_unavailable(lambda: js.delete_stream(stream))
     await eventually(lambda: ready(runtime, "broken"), timeout=10)

@@ -8,6 +8,7 @@ import nats.js.errors
 import pytest
 from nats.js import api
 
+from enclave_queue.broker.connection import retry_unavailable
 from enclave_queue.client import connect
 from enclave_queue.errors import NotFound, Unauthorized
 from enclave_queue.spec import HEADER_ROOM
@@ -59,13 +60,13 @@ async def test_a_stream_deleted_behind_the_controllers_back_comes_back_and_works
         queue_id = admin.get_queue("default", unique_name)["id"]
     async with control_connection(stack) as nc:
         js = nc.jetstream(prefix=f"jsapi.{queue_id}")
-        await js.delete_stream(creds["stream"])
+        await retry_unavailable(lambda: js.delete_stream(creds["stream"]))
         with pytest.raises(nats.js.errors.NotFoundError):
             await js.stream_info(creds["stream"])
 
         async def restored():
             try:
-                await js.consumer_info(creds["stream"], "worker")
+                await retry_unavailable(lambda: js.consumer_info(creds["stream"], "worker"))
                 return True
             except nats.js.errors.NotFoundError:
                 return False
@@ -84,23 +85,23 @@ async def test_a_consumer_changed_behind_the_controllers_back_is_put_back(stack,
         queue_id = admin.get_queue("default", unique_name)["id"]
     async with control_connection(stack) as nc:
         js = nc.jetstream(prefix=f"jsapi.{queue_id}")
-        info = await js.consumer_info(creds["stream"], "worker")
+        info = await retry_unavailable(lambda: js.consumer_info(creds["stream"], "worker"))
         changed = info.config
         changed.ack_wait = 99
         changed.max_deliver = 50
-        await js.add_consumer(creds["stream"], changed)
+        await retry_unavailable(lambda: js.add_consumer(creds["stream"], changed))
 
         async def repaired():
-            config = (await js.consumer_info(creds["stream"], "worker")).config
+            config = (await retry_unavailable(lambda: js.consumer_info(creds["stream"], "worker"))).config
             return config.ack_wait == 7 and config.max_deliver == 4
 
         await eventually(repaired, timeout=10)
-        stream = await js.stream_info(creds["stream"])
+        stream = await retry_unavailable(lambda: js.stream_info(creds["stream"]))
         stream.config.max_age = 7200.0
-        await js.update_stream(stream.config)
+        await retry_unavailable(lambda: js.update_stream(stream.config))
 
         async def stream_repaired():
-            return (await js.stream_info(creds["stream"])).config.max_age == 96 * 3600
+            return (await retry_unavailable(lambda: js.stream_info(creds["stream"]))).config.max_age == 96 * 3600
 
         await eventually(stream_repaired, timeout=10)
 
@@ -119,8 +120,8 @@ async def test_update_applies_in_place_to_the_live_stream_and_consumer(stack, un
         assert status["generation"] == status["observed_generation"] == 2
     async with control_connection(stack) as nc:
         js = nc.jetstream(prefix=f"jsapi.{queue_id}")
-        stream = await js.stream_info(creds["stream"])
-        consumer = await js.consumer_info(creds["stream"], "worker")
+        stream = await retry_unavailable(lambda: js.stream_info(creds["stream"]))
+        consumer = await retry_unavailable(lambda: js.consumer_info(creds["stream"], "worker"))
     assert (stream.config.max_age, stream.config.max_msg_size) == (3600, 2048 + HEADER_ROOM)
     assert (consumer.config.ack_wait, consumer.config.max_deliver) == (2, 5)
     assert stream.state.messages == 1

@@ -54,3 +54,13 @@ async def test_batches_and_the_message_iterator(stack, unique_name):
                 await queue.delete_many(seen[-50:])
         assert sorted(m.body["i"] for m in seen) == list(range(250))
         assert await queue.receive(wait=0.2) == []
+
+
+async def test_unconfirmed_deletes_delete_too(stack, unique_name):
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=1)
+    async with connect(creds) as queue:
+        await queue.send_batch(["a", "b", "c"])
+        first, *rest = await queue.receive(batch=3, wait=2)
+        await first.delete(confirm=False)
+        await queue.delete_many(rest, confirm=False)
+        assert await queue.receive(wait=2) == []  # past the 1 s lease: none came back
