@@ -4,7 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: up test lint bench clean
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: up test lint bench clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +19,15 @@ $(STAMP): pyproject.toml | $(BIN)/python
 up: $(STAMP)
 	$(BIN)/enclave up
 
-test: $(STAMP)
-	$(BIN)/ruff check enclave_queue cli tests bench
+# the console tests drive Debian's Chromium (Playwright's Python API, no browser download)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  echo "Installing Debian's chromium for the console tests"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || { \
+	    $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; }
+
+test: $(STAMP) chromium
+	$(BIN)/ruff check enclave_queue cli tests bench terraform-provider
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

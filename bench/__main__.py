@@ -9,7 +9,7 @@ import time
 import traceback
 from typing import Any
 
-from . import Report, create, deadletters, durability, finish, memory, parse_args, receive, say, send
+from . import Report, console, create, deadletters, durability, finish, memory, parse_args, provider, receive, say, send
 
 
 def run_all(quick: bool) -> tuple[list[Report], list[str]]:
@@ -21,6 +21,8 @@ def run_all(quick: bool) -> tuple[list[Report], list[str]]:
         ("receive", lambda: receive.run(quick)),
         ("durability", lambda: durability.run(quick)),
         ("deadletters", lambda: deadletters.run(quick)),
+        ("console", lambda: console.run(quick)),
+        ("provider", lambda: provider.run(quick)),
         ("create", lambda: create.run(quick, samples)),
         ("memory", lambda: memory.run(quick, samples)),
     ]

@@ -147,3 +147,13 @@ class AdminClient:
 
     def delete_message(self, project: str, name: str, receipt: str) -> None:
         self.request("DELETE", f"{self._queues(project)}/{name}/messages/{receipt}")
+
+    def nack_message(self, project: str, name: str, receipt: str, delay: float = 0) -> None:
+        self.request("POST", f"{self._queues(project)}/{name}/messages/{receipt}/nack", json={"delay": delay})
+
+    def peek(self, project: str, name: str, limit: int = 10) -> list[dict[str, Any]]:
+        return self.request("GET", f"{self._queues(project)}/{name}/messages", params={"limit": limit})["messages"]
+
+    def stats(self, project: str, name: str) -> dict[str, Any]:
+        """Waiting, in flight, delayed and dead now, and the counts since the queue was created."""
+        return self.request("GET", f"{self._queues(project)}/{name}/stats")

@@ -132,7 +132,7 @@ class DeadLetterOps:
 
     # -- reading --------------------------------------------------------------------------------
 
-    async def _read(self, record: QueueRecord, after: int, limit: int) -> list[Letter]:
+    async def read(self, record: QueueRecord, after: int, limit: int) -> list[Letter]:
         """Up to ``limit`` letters with a sequence above ``after``, oldest first."""
         subject = subject_for(record.spec.project, record.spec.name)
         request = json.dumps({"seq": after + 1, "next_by_subj": subject, "batch": limit}).encode()
@@ -167,14 +167,14 @@ class DeadLetterOps:
             raise SpecError(f"limit must be an integer from 1 to {MAX_LIST} (got {limit}).",
                             errors=[{"field": "limit", "message": f"must be an integer from 1 to {MAX_LIST}"}])
         record = await self.service.live(project, name)
-        letters = await self._read(record, after, limit)
+        letters = await self.read(record, after, limit)
         return {
             "dead_letters": [letter.view() for letter in letters],
             "next_after": letters[-1].sequence if len(letters) == limit else None,
         }
 
     async def _letter(self, record: QueueRecord, seq: int) -> Letter:
-        letters = await self._read(record, seq - 1, 1)
+        letters = await self.read(record, seq - 1, 1)
         if not letters or letters[0].sequence != seq:
             raise NotFound(f"Dead letter {seq} does not exist in queue '{record.spec.name}'.")
         return letters[0]
@@ -285,7 +285,7 @@ class DeadLetterOps:
         contiguous = True  #: every letter so far was moved: a chunk can be removed with one purge
         try:
             while task.max is None or task.moved < task.max:
-                letters = await self._read(record, after, READ_BATCH)
+                letters = await self.read(record, after, READ_BATCH)
                 if not letters or letters[0].sequence > task.last_sequence:
                     break
                 chosen: list[Letter] = []

@@ -2,8 +2,9 @@
 
 Start order: the data dir and master key; the broker (from the last good configuration); the
 control plane's connections; the state store; the accounts and their configuration; the admin
-token (first start only); the reconciler; then the HTTP API on 127.0.0.1. ``Runtime.stop`` undoes
-it in reverse, the broker last, so nothing is left running.
+token (first start only); the dead-letter mover, nak counter, reconciler and depth sampler; then
+the HTTP API on 127.0.0.1. ``Runtime.stop`` undoes it in reverse, the broker last, so nothing is
+left running.
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ from .auth.tokens import generate_token, token_digest
 from .broker.config import BrokerConfig
 from .broker.connection import BrokerConnection
 from .broker.supervisor import Supervisor, free_port
+from .console.sessions import Sessions
 from .controller.accounts import Accounts
 from .controller.deadletters import DeadLetters
+from .controller.naks import NakCounter
 from .controller.reconciler import Reconciler
+from .controller.sampler import Sampler
 from .errors import Conflict
+from .metrics import ControlMetrics
 from .service import QueueService
 from .settings import ADMIN_TOKEN_FILE, RUNTIME_FILE, EnclaveSettings
 from .state.kv import Store
@@ -57,12 +62,16 @@ class Runtime:
         self.store: Optional[Store] = None
         self.reconciler: Optional[Reconciler] = None
         self.dead_letters: Optional[DeadLetters] = None
+        self.naks: Optional[NakCounter] = None
+        self.sampler: Optional[Sampler] = None
+        self.metrics = ControlMetrics()  #: this runtime's own registry, served at /metrics
         self.service: Optional[QueueService] = None
         self.api_url = ""
         self.ready = False
         self._http: Optional[_Uvicorn] = None
         self._http_task: Optional[asyncio.Task[None]] = None
         self._tokens: dict[str, str] = {}
+        self.sessions = Sessions()
 
     @property
     def broker_url(self) -> str:
@@ -83,7 +92,7 @@ class Runtime:
             control_nkey=self.master.nkey("control").public,
         )
         self.supervisor = Supervisor(s.broker_dir / "nats.conf", s.broker_host, port, log_path=s.log_dir / "nats-server.out")
-        self.accounts = Accounts(base, self.supervisor, self.master, s.account_pool)
+        self.accounts = Accounts(base, self.supervisor, self.master, s.account_pool, metrics=self.metrics)
         await self.accounts.start_broker()
         self.conn = await BrokerConnection.connect(
             f"nats://127.0.0.1:{port}" if s.broker_host in ("0.0.0.0", "") else self.supervisor.url,
@@ -95,9 +104,14 @@ class Runtime:
         await self._ensure_admin_token()
         self.dead_letters = DeadLetters(self.store, self.conn, s.sweep_seconds)
         await self.dead_letters.start()
+        self.naks = NakCounter(self.store, self.conn)
+        await self.naks.start()
         self.reconciler = Reconciler(self.store, self.conn, self.accounts, s.resync_seconds,
-                                     on_deleted=self.dead_letters.forget)
+                                     on_deleted=self.dead_letters.forget, metrics=self.metrics)
         await self.reconciler.start()
+        self.sampler = Sampler(self.store, self.conn, self.accounts, s.sample_seconds)
+        await self.sampler.start()
+        self.metrics.attach(self.store, self.conn, self.accounts, self.naks)
         self.service = QueueService(self.store, self.conn, self.accounts, self.master,
                                     lambda: self.broker_url, s.internal_broker_url, self.reconciler.changed)
         await self._start_http()
@@ -189,6 +203,10 @@ class Runtime:
             await self.reconciler.stop()
         if self.dead_letters is not None:
             await self.dead_letters.stop()
+        if self.sampler is not None:
+            await self.sampler.stop()
+        if self.naks is not None:
+            await self.naks.stop()  # stores its last counts: before the connection closes
         if self.accounts is not None:
             await self.accounts.stop()
         if self.conn is not None:

@@ -22,10 +22,14 @@ from .auth.secrets import MasterKey, SealError
 from .auth.users import CONSUMER, inbox_prefix, stream_name, username
 from .broker.config import send_subject
 from .broker.connection import UNAVAILABLE, BrokerConnection, retry_unavailable
+from .client.message import nak_delay
 from .controller.accounts import Accounts
+from .controller.sampler import read_samples
+from .depth import Depth, read_depth, read_depths
 from .errors import BrokerUnavailable, Conflict, EnclaveError, MessageTooLarge, NotFound, SpecError
 from .redrive import DeadLetterOps
 from .spec import (
+    MAX_HISTORY_HOURS,
     MAX_RECEIVE,
     MAX_RECEIVE_WAIT,
     Queue,
@@ -41,6 +45,8 @@ from .state.records import QueueRecord, QueueStatus
 
 RECEIPT_PURPOSE = "receipt"
 SEND_TIMEOUT = 5.0  #: seconds
+MAX_PEEK = 100  #: messages one peek may return
+MAX_NACK_DELAY = 43200  #: seconds a message handed back by hand may stay hidden (the longest visibility timeout)
 
 
 def _queue_missing(project: str, name: str) -> NotFound:
@@ -202,6 +208,60 @@ class QueueService:
                 # change came from elsewhere (another control process, a restart)
                 await self.status_changed(key, min(1.0, remaining))
 
+    # -- depth --------------------------------------------------------------------------------
+
+    async def depth(self, project: str, name: str) -> Depth:
+        """How many messages the queue holds now, and where they are (see depth.py)."""
+        record = await self.live(project, name)
+        dead_letter_id = None
+        if record.spec.dead_letter_queue:
+            found = await self.store.queues.get(queue_key(project, record.spec.dead_letter_queue))
+            dead_letter_id = found[0].id if found and not found[0].deleting else None
+        try:
+            return await read_depth(self.conn, record.id, dead_letter_id)
+        except UNAVAILABLE:
+            raise Conflict(f"Queue '{name}' in project '{project}' is not ready yet.") from None
+
+    async def depths(self, project: str) -> list[tuple[Queue, Optional[Depth]]]:
+        """Every queue of a project with its depth (None where it could not be read: not ready)."""
+        records = [r for _, r, _ in sorted(await self.store.queues.items(f"{project}.*"), key=lambda i: i[0])
+                   if not r.deleting]
+        ids = {r.spec.name: r.id for r in records}
+        found = await read_depths(self.conn, [(r.id, ids.get(r.spec.dead_letter_queue or "")) for r in records])
+        return [(self.view(r), d if isinstance(d, Depth) else None) for r, d in zip(records, found, strict=True)]
+
+    async def overview(self, project: str) -> list[dict[str, Any]]:
+        """One row a queue of the project: its state and depth (what the console's table shows)."""
+        rows, statuses = await asyncio.gather(self.depths(project), self.store.status.items(f"{project}.*"))
+        state_of = {key: status for key, status, _ in statuses}
+        out = []
+        for queue, depth in rows:
+            status = state_of.get(queue_key(project, queue.name))
+            out.append({
+                "name": queue.name,
+                "state": status.state if status else "Reconciling",
+                "message": status.message if status else "Waiting for the controller.",
+                "dead_letter_queue": queue.dead_letter_queue,
+                "visibility_timeout_seconds": queue.visibility_timeout_seconds,
+                "max_receives": queue.max_receives,
+                "depth": depth.view() if depth else None,
+            })
+        return out
+
+    async def projects(self) -> list[str]:
+        """The projects that have queues (and ``default``), sorted."""
+        keys = {key.split(".", 1)[0] for key, record, _ in await self.store.queues.items() if not record.deleting}
+        return sorted(keys | {"default"})
+
+    async def depth_history(self, project: str, name: str, hours: int = 24) -> list[dict[str, Any]]:
+        """The queue's depth samples of the last ``hours`` hours, oldest first: ``{"t", "waiting",
+        "in_flight", "delayed", "dead"}`` each (see controller/sampler.py)."""
+        if not 1 <= hours <= MAX_HISTORY_HOURS:
+            message = f"must be {rule('hours')} (got {hours!r})"
+            raise SpecError(f"hours {message}.", errors=[{"field": "hours", "message": message}])
+        record = await self.live(project, name)
+        return await read_samples(self.conn, record.id, datetime.now(UTC) - timedelta(hours=hours))
+
     # -- credentials ----------------------------------------------------------------------------
 
     async def credentials(self, project: str, name: str) -> dict[str, str]:
@@ -286,7 +346,8 @@ class QueueService:
     def _received(self, record: QueueRecord, msg: Any, hidden_until: datetime) -> dict[str, Any]:
         """A received message as the API returns it, with its sealed receipt."""
         meta = msg.metadata
-        receipt = self.master.seal(json.dumps({"r": msg.reply, "until": hidden_until.timestamp()}).encode(),
+        receipt = self.master.seal(json.dumps({"r": msg.reply, "until": hidden_until.timestamp(),
+                                              "n": meta.num_delivered}).encode(),
                                    RECEIPT_PURPOSE, record.id)
         out: dict[str, Any] = {
             "receipt": receipt,
@@ -302,9 +363,23 @@ class QueueService:
             out["body"], out["body_base64"] = None, base64.b64encode(msg.data).decode()
         return out
 
-    async def delete_message(self, project: str, name: str, receipt: str) -> None:
-        """Delete a received message by its receipt handle (acknowledge it to the broker)."""
+    async def peek(self, project: str, name: str, limit: int = 10) -> list[dict[str, Any]]:
+        """The oldest ``limit`` messages, waiting or in flight, read without receiving them."""
+        if not 1 <= limit <= MAX_PEEK:
+            message = f"must be an integer from 1 to {MAX_PEEK} (got {limit!r})"
+            raise SpecError(f"limit {message}.", errors=[{"field": "limit", "message": message}])
         record = await self.live(project, name)
+        peeked = []
+        for letter in await self.dead_letters.read(record, 0, limit):
+            view = letter.view()
+            peeked.append({"sequence": letter.sequence, "sent_at": letter.stored_at,
+                           "content_type": view["content_type"], "body": view["body"],
+                           **({"body_base64": view["body_base64"]} if "body_base64" in view else {})})
+        return peeked
+
+    def _unseal_receipt(self, record: QueueRecord, receipt: str) -> dict[str, Any]:
+        """The receipt's content; SpecError if it is not one of this queue's, Conflict if expired."""
+        name, project = record.spec.name, record.spec.project
         try:
             sealed = json.loads(self.master.unseal(receipt, RECEIPT_PURPOSE, record.id))
         except (SealError, ValueError):
@@ -313,8 +388,31 @@ class QueueService:
         if time.time() > sealed["until"]:
             expired = datetime.fromtimestamp(sealed["until"], UTC).isoformat(timespec="seconds")
             raise Conflict(f"The receipt expired at {expired} with its visibility timeout; the message may "
-                           "have been received again. Receive it again to delete it.")
+                           "have been received again. Receive it again to delete or nack it.")
+        return sealed
+
+    async def _settle(self, record: QueueRecord, reply: str, payload: bytes, verb: str) -> None:
         try:
-            await retry_unavailable(lambda: self.conn.control.request(sealed["r"], b"+ACK", timeout=SEND_TIMEOUT))
+            await retry_unavailable(lambda: self.conn.control.request(reply, payload, timeout=SEND_TIMEOUT))
         except (nats.errors.TimeoutError, *UNAVAILABLE) as exc:
-            raise BrokerUnavailable(f"The broker did not confirm the delete on queue '{name}'.") from exc
+            raise BrokerUnavailable(f"The broker did not confirm the {verb} on queue '{record.spec.name}'.") from exc
+
+    async def delete_message(self, project: str, name: str, receipt: str) -> None:
+        """Delete a received message by its receipt handle (acknowledge it to the broker)."""
+        record = await self.live(project, name)
+        sealed = self._unseal_receipt(record, receipt)
+        await self._settle(record, sealed["r"], b"+ACK", "delete")
+
+    async def nack_message(self, project: str, name: str, receipt: str, delay: float = 0) -> None:
+        """Hand a received message back by its receipt: visible again after ``delay`` seconds
+        (at once by default). The receive it used still counts toward ``max_receives``."""
+        if not 0 <= delay <= MAX_NACK_DELAY:
+            message = f"must be a number of seconds from 0 to {MAX_NACK_DELAY} (got {delay!r})"
+            raise SpecError(f"delay {message}.", errors=[{"field": "delay", "message": message}])
+        record = await self.live(project, name)
+        sealed = self._unseal_receipt(record, receipt)
+        payload = b"-NAK"
+        if delay > 0:
+            wanted = nak_delay(delay, sealed.get("n", 1), list(record.spec.retry_backoff_seconds or []))
+            payload += b" " + json.dumps({"delay": int(max(wanted, 0.001) * 1e9)}).encode()
+        await self._settle(record, sealed["r"], payload, "nack")

@@ -26,6 +26,8 @@ ADMIN_TOKEN_FILE = "admin-token"
 MASTER_KEY_FILE = "master.key"
 RUNTIME_FILE = "enclave.json"  #: URLs and PID of the running `enclave up`, removed when it stops
 
+MIN_METRICS_TOKEN = 16  #: characters; a metrics token is a secret too
+
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
@@ -58,6 +60,13 @@ def _float(env: Mapping[str, str], name: str, default: float, low: float, high: 
     return value
 
 
+def _metrics_token(env: Mapping[str, str]) -> str | None:
+    token = env.get("ENCLAVE_METRICS_TOKEN") or None
+    if token is not None and (len(token) < MIN_METRICS_TOKEN or any(c.isspace() for c in token)):
+        raise SpecError(f"ENCLAVE_METRICS_TOKEN must be at least {MIN_METRICS_TOKEN} characters without spaces.")
+    return token
+
+
 @dataclass(frozen=True)
 class EnclaveSettings:
     """Everything ``enclave up`` needs. Build with ``from_env`` and override with ``replace``."""
@@ -73,6 +82,8 @@ class EnclaveSettings:
     resync_seconds: float = 30.0  #: seconds between full reconciles (jittered ±20%)
     account_pool: int = 4  #: ready-made broker accounts kept spare so a create needs no reload
     sweep_seconds: float = 15.0  #: seconds between dead-letter sweeps (for messages whose advisory never came)
+    sample_seconds: float = 60.0  #: seconds between depth samples of every queue
+    metrics_token: str | None = field(default=None, repr=False)  #: a bearer token good for /metrics only
     log_level: str = "info"
 
     @classmethod
@@ -93,6 +104,8 @@ class EnclaveSettings:
             resync_seconds=_float(env, "ENCLAVE_RESYNC_SECONDS", 30.0, 0.2, 86400.0),
             account_pool=_int(env, "ENCLAVE_ACCOUNT_POOL", 4, 0, 1000),
             sweep_seconds=_float(env, "ENCLAVE_SWEEP_SECONDS", 15.0, 0.2, 86400.0),
+            sample_seconds=_float(env, "ENCLAVE_SAMPLE_SECONDS", 60.0, 0.2, 86400.0),
+            metrics_token=_metrics_token(env),
             log_level=(env.get("ENCLAVE_LOG_LEVEL") or "info").lower(),
         )
         return replace(settings, **overrides) if overrides else settings  # type: ignore[arg-type]

@@ -54,6 +54,7 @@ def _bounded(field: str, *, default: bool = True) -> Any:
 
 MAX_RECEIVE = 100  #: messages one receive by hand may take
 MAX_RECEIVE_WAIT = 20  #: seconds a receive by hand may wait
+MAX_HISTORY_HOURS = 168  #: hours of depth history one request may span (samples are kept 7 days)
 
 #: rules of request fields that are not queue settings (messages by hand)
 REQUEST_RULES = {
@@ -62,6 +63,7 @@ REQUEST_RULES = {
     "limit": "an integer from 1 to 500",
     "after": "a sequence number (0 or more)",
     "filter_error": "a text of 1 to 1024 characters",
+    "hours": f"an integer from 1 to {MAX_HISTORY_HOURS}",
 }
 
 

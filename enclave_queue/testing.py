@@ -124,6 +124,7 @@ class EnclaveStack:
             "ENCLAVE_HOME": str(home),
             "ENCLAVE_RESYNC_SECONDS": "1",
             "ENCLAVE_SWEEP_SECONDS": "1",
+            "ENCLAVE_SAMPLE_SECONDS": "1",
             "ENCLAVE_LOG_LEVEL": "info",
             **(env or {}),
         }

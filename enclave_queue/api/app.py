@@ -10,9 +10,10 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 
+from .. import console
 from . import problems
 from .auth import require_token
-from .routes import deadletters, health, messages, queues, secrets
+from .routes import deadletters, health, messages, metrics, queues, secrets
 
 
 def create_app(runtime: Any) -> FastAPI:
@@ -25,4 +26,7 @@ def create_app(runtime: Any) -> FastAPI:
     app.include_router(messages.router, dependencies=guarded)
     app.include_router(deadletters.router, dependencies=guarded)
     app.include_router(secrets.router, dependencies=guarded)
+    app.include_router(metrics.history, dependencies=guarded)
+    app.include_router(metrics.router)  # its own check: an API token or the metrics token
+    console.install(app)
     return app

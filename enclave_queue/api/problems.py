@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import EnclaveError, SpecError, Unauthorized
@@ -26,9 +26,19 @@ def problem(status: int, title: str, detail: str, errors: list[dict[str, Any]] |
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
 
 
+def wants_page(request: Request) -> bool:
+    """A console page (not the API, not /metrics) asked for by a browser."""
+    path = request.url.path
+    return not path.startswith(("/v1/", "/metrics", "/healthz")) and "text/html" in request.headers.get("accept", "")
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(EnclaveError)
-    async def enclave_error(request: Request, exc: EnclaveError) -> JSONResponse:
+    async def enclave_error(request: Request, exc: EnclaveError) -> Response:
+        if wants_page(request):
+            from ..console.routes import error_page
+
+            return error_page(request, exc.title, exc.message, exc.status)
         headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
         if exc.status >= 500:
             log.warning("%s %s failed: %s", request.method, request.url.path, exc)

@@ -29,8 +29,12 @@ MAX_MEMORY_STORE = 512 * 1024 * 1024  #: bytes
 #: JetStream's clear error (10054) instead of a protocol error that closes the connection
 MAX_PAYLOAD = 2 * 1024 * 1024
 
-#: advisories each queue account exports to the control plane (for the dead-letter mover)
-ADVISORIES = ("MAX_DELIVERIES",)
+#: every advisory about a queue's consumer (``$JS.EVENT.ADVISORY.CONSUMER.<KIND>.<stream>.worker``)
+#: is exported to the control plane in one entry and arrives there as ``adv.<id>.<KIND>``: the
+#: dead-letter mover's stream keeps MAX_DELIVERIES, the nak counter listens to MSG_NAKED. One
+#: wildcard entry instead of one per kind keeps the configuration (and each reload) small; the
+#: broker only emits an advisory that someone listens to, so unheard kinds cost nothing
+ADVISORY_KINDS = "*"
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,12 @@ def send_subject(queue_id: str, subject: str) -> str:
 
 
 def advisory_subject(queue_id: str, kind: str) -> str:
-    return f"adv.{queue_id}.{kind.lower()}"
+    """Where a queue's consumer advisories of ``kind`` (``MSG_NAKED``, or ``*``) land in the control account."""
+    return f"adv.{queue_id}.{kind}"
+
+
+def consumer_advisories(stream: str, kind: str = ADVISORY_KINDS) -> str:
+    return f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{stream}.{users.CONSUMER}"
 
 
 def errors_subject(queue_id: str, sequence: int | str = "*") -> str:
@@ -99,10 +108,7 @@ def queue_account(entry: AccountEntry) -> dict[str, Any]:
             {"service": "$JS.API.>", "response_type": "stream", "accounts": only_control},
             {"service": f"{users.SUBJECT_ROOT}.>", "accounts": only_control},
             {"service": f"$JS.ACK.{stream}.{users.CONSUMER}.>", "accounts": only_control},
-            *(
-                {"stream": f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{stream}.{users.CONSUMER}", "accounts": only_control}
-                for kind in ADVISORIES
-            ),
+            {"stream": consumer_advisories(stream), "accounts": only_control},
         ],
     }
 
@@ -113,16 +119,8 @@ def control_imports(entry: AccountEntry) -> list[dict[str, Any]]:
         {"service": {"account": entry.id, "subject": "$JS.API.>"}, "to": f"{jsapi_prefix(entry.id)}.>"},
         {"service": {"account": entry.id, "subject": f"{users.SUBJECT_ROOT}.>"}, "to": f"send.{entry.id}.>"},
         {"service": {"account": entry.id, "subject": f"$JS.ACK.{stream}.{users.CONSUMER}.>"}},
-        *(
-            {
-                "stream": {
-                    "account": entry.id,
-                    "subject": f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{stream}.{users.CONSUMER}",
-                },
-                "to": advisory_subject(entry.id, kind),
-            }
-            for kind in ADVISORIES
-        ),
+        {"stream": {"account": entry.id, "subject": consumer_advisories(stream)},
+         "to": advisory_subject(entry.id, ADVISORY_KINDS)},
     ]
 
 

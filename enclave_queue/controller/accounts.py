@@ -22,7 +22,7 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import nats.errors
 import nats.js.errors
@@ -35,6 +35,9 @@ from ..broker.supervisor import Supervisor
 from ..errors import EnclaveError
 from ..state.kv import Store
 from ..state.records import AccountRecord
+
+if TYPE_CHECKING:
+    from ..metrics import ControlMetrics
 
 log = logging.getLogger("enclave.controller")
 
@@ -66,8 +69,10 @@ def accounts_in_config(text: str) -> dict[str, AccountEntry]:
 
 
 class Accounts:
-    def __init__(self, base: BrokerConfig, supervisor: Supervisor, master: MasterKey, pool_size: int) -> None:
+    def __init__(self, base: BrokerConfig, supervisor: Supervisor, master: MasterKey, pool_size: int,
+                 metrics: Optional[ControlMetrics] = None) -> None:
         self.base = base
+        self.metrics = metrics
         self.supervisor = supervisor
         self.master = master
         self.pool_size = pool_size
@@ -145,10 +150,18 @@ class Accounts:
                 assert self.conn is not None
                 try:
                     await self.conn.reload()
+                except Exception:
+                    if self.metrics is not None:
+                        self.metrics.reload_errors.inc()
+                    raise
                 finally:
                     self._last_reload = time.monotonic()
-                self.reload_seconds += time.perf_counter() - started
+                elapsed = time.perf_counter() - started
+                self.reload_seconds += elapsed
                 self.reloads += 1
+                if self.metrics is not None:
+                    self.metrics.reloads.inc()
+                    self.metrics.reload_seconds.observe(elapsed)
                 self._loaded_text = text
             self.applied = frozenset(e.id for e in entries)
             self._done = target

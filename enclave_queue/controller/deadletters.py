@@ -43,7 +43,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from ..auth.users import CONSUMER, stream_name
-from ..broker.config import errors_subject, jsapi_prefix, send_subject
+from ..broker.config import advisory_subject, errors_subject, jsapi_prefix, send_subject
 from ..broker.connection import BrokerConnection, delete_message, retry_unavailable
 from ..errors import EnclaveError
 from ..spec import queue_key, subject_for
@@ -53,6 +53,9 @@ from ..state.records import QueueRecord
 log = logging.getLogger("enclave.deadletters")
 
 ADVISORY_STREAM = "ENCLAVE_ADVISORIES"
+#: the advisories the stream keeps: every queue account sends all its consumer's advisories
+#: (broker/config.py), but only a message out of receives needs one kept while this process is down
+ADVISORY_SUBJECTS = [advisory_subject("*", "MAX_DELIVERIES")]
 ERRORS_STREAM = "ENCLAVE_ERRORS"
 MOVER = "mover"
 KEEP_SECONDS = 14 * 24 * 3600.0  #: advisories and error notes live as long as the longest retention
@@ -116,7 +119,7 @@ class DeadLetters:
     async def start(self) -> None:
         js = self.conn.js
         await _ensure_stream(js, api.StreamConfig(
-            name=ADVISORY_STREAM, subjects=["adv.>"], retention=api.RetentionPolicy.LIMITS,
+            name=ADVISORY_STREAM, subjects=ADVISORY_SUBJECTS, retention=api.RetentionPolicy.LIMITS,
             storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=64 * 1024 * 1024,
             discard=api.DiscardPolicy.OLD, num_replicas=1,
         ))
@@ -261,7 +264,7 @@ class DeadLetters:
     async def _handle_advisory(self, advisory: Msg) -> None:
         queue_id, kind = advisory.subject.split(".")[1:3]
         try:
-            if kind == "max_deliveries":
+            if kind.lower() == "max_deliveries":  # earlier versions stored adv.<id>.max_deliveries
                 body = json.loads(advisory.data)
                 record = await self.record_of(queue_id)
                 if record is not None and not record.deleting:

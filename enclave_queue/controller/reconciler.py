@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import nats.errors
 import nats.js.errors
@@ -31,6 +31,9 @@ from ..state.kv import Store
 from ..state.records import QueueRecord, QueueStatus, State
 from . import mapping
 from .accounts import Accounts
+
+if TYPE_CHECKING:
+    from ..metrics import ControlMetrics
 
 log = logging.getLogger("enclave.controller")
 
@@ -48,8 +51,10 @@ class PermanentError(EnclaveError):
 
 class Reconciler:
     def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, resync_seconds: float,
-                 on_deleted: Optional[Callable[[str], Awaitable[None]]] = None) -> None:
+                 on_deleted: Optional[Callable[[str], Awaitable[None]]] = None,
+                 metrics: Optional[ControlMetrics] = None) -> None:
         self.store = store
+        self.metrics = metrics
         self.on_deleted = on_deleted  #: called with a deleted queue's id (the mover drops its notes)
         self.conn = conn
         self.accounts = accounts
@@ -140,6 +145,8 @@ class Reconciler:
             raise
         except Exception as exc:  # every failure becomes a status and a retry, never a dead loop
             self.errors += 1
+            if self.metrics is not None:
+                self.metrics.reconcile_errors.inc()
             failures = self._failures[key] = self._failures.get(key, 0) + 1
             text = str(exc) or type(exc).__name__
             if isinstance(exc, TEMPORARY):
@@ -160,7 +167,10 @@ class Reconciler:
             self._retry_later(key, delay)
         finally:
             self.reconciles += 1
-            self.duration_seconds += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self.duration_seconds += elapsed
+            if self.metrics is not None:
+                self.metrics.reconcile_seconds.observe(elapsed)
 
     def _retry_later(self, key: str, delay: float) -> None:
         old = self._timers.pop(key, None)

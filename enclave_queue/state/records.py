@@ -105,9 +105,10 @@ class TokenRecord(BaseModel):
 
 
 class QueueCounters(BaseModel):
-    """What happened to a queue's messages that ran out of receives."""
+    """What happened to a queue's messages that ran out of receives, and how many were nacked."""
 
     model_config = ConfigDict(frozen=True)
 
     dead_lettered: int = 0  #: moved to the dead-letter queue
     discarded: int = 0  #: dropped after the last receive (no dead-letter queue)
+    nacked: int = 0  #: handed back by a worker (controller/naks.py; the last few seconds are added late)

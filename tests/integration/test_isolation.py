@@ -11,6 +11,7 @@ import nats
 import nats.errors
 import pytest
 
+from enclave_queue.broker.connection import retry_unavailable
 from enclave_queue.client import connect
 from tests.helpers import RawClient, make_queue
 
@@ -21,8 +22,9 @@ async def state_of(creds):
     nc = await client.connect(creds)
     try:
         js = nc.jetstream()
-        stream = await js.stream_info(creds["stream"])
-        consumer = await js.consumer_info(creds["stream"], creds["consumer"])
+        # retried: a configuration reload (another test's queue) briefly leaves the API unanswered
+        stream = await retry_unavailable(lambda: js.stream_info(creds["stream"]))
+        consumer = await retry_unavailable(lambda: js.consumer_info(creds["stream"], creds["consumer"]))
         return (stream.state.messages, stream.state.last_seq, stream.state.consumer_count,
                 consumer.num_pending, consumer.num_ack_pending, consumer.delivered.stream_seq)
     finally:

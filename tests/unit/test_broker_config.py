@@ -68,3 +68,14 @@ def test_permissions_never_name_another_account():
     perms = users.app_permissions("qone")
     flat = [s for side in perms.values() for s in side["allow"]]
     assert all("QTWO" not in s and "qtwo" not in s for s in flat)
+
+
+def test_all_consumer_advisories_of_a_queue_are_one_export_and_one_import():
+    """MSG_NAKED (for the nak counter) rides the export the mover's MAX_DELIVERIES already used:
+    no second entry per queue, which would grow every reload."""
+    config = with_accounts("qone")
+    (export,) = [e for e in config["accounts"]["qone"]["exports"] if "stream" in e]
+    assert export == {"stream": "$JS.EVENT.ADVISORY.CONSUMER.*.QONE.worker", "accounts": ["CONTROL"]}
+    (imported,) = [i for i in config["accounts"]["CONTROL"]["imports"] if "stream" in i]
+    assert imported == {"stream": {"account": "qone", "subject": "$JS.EVENT.ADVISORY.CONSUMER.*.QONE.worker"},
+                        "to": "adv.qone.*"}

@@ -1,1 +1,2 @@
-"""One router per resource: health, queues (declarations), messages (by hand), secrets."""
+"""One router per resource: health, queues (declarations), messages (by hand), dead letters,
+secrets, metrics (Prometheus and depth history)."""

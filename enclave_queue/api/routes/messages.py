@@ -2,7 +2,9 @@
 
 Send: ``POST …/messages`` with ``{"body": <any JSON>}`` (a string is sent as its UTF-8 text,
 anything else as JSON) or ``{"body_base64": "…"}``. Receive: ``POST …/messages/receive`` with
-``{"max": 1–100, "wait": 0–20}``. Delete: ``DELETE …/messages/{receipt}``.
+``{"max": 1–100, "wait": 0–20}``. Delete: ``DELETE …/messages/{receipt}``. Hand back:
+``POST …/messages/{receipt}/nack`` with ``{"delay": seconds}``. Peek (nothing leased):
+``GET …/messages?limit=1–100``.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import binascii
 import json
 from typing import Any, Optional
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import SpecError
+from ...service import MAX_PEEK
 from ...spec import MAX_RECEIVE, MAX_RECEIVE_WAIT
 
 router = APIRouter(prefix="/v1/projects/{project}/queues/{name}/messages")
@@ -25,6 +28,11 @@ class SendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     body: Any = None
     body_base64: Optional[str] = None
+
+
+class NackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    delay: float = 0  # the range is checked by the service, with its own sentence
 
 
 class ReceiveRequest(BaseModel):
@@ -69,3 +77,17 @@ async def receive_messages(project: str, name: str, request: Request,
 async def delete_message(project: str, name: str, receipt: str, request: Request) -> Response:
     await request.app.state.runtime.service.delete_message(project, name, receipt)
     return Response(status_code=204)
+
+
+@router.post("/{receipt}/nack", status_code=204)
+async def nack_message(project: str, name: str, receipt: str, request: Request,
+                       body: Optional[NackRequest] = None) -> Response:
+    body = body or NackRequest()
+    await request.app.state.runtime.service.nack_message(project, name, receipt, body.delay)
+    return Response(status_code=204)
+
+
+@router.get("")
+async def peek_messages(project: str, name: str, request: Request,
+                        limit: int = Query(10, ge=1, le=MAX_PEEK)) -> dict[str, Any]:
+    return {"messages": await request.app.state.runtime.service.peek(project, name, limit)}

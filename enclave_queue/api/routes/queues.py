@@ -19,6 +19,12 @@ def service(request: Request) -> QueueService:
     return request.app.state.runtime.service
 
 
+@router.get("/-/overview")
+async def overview(project: str, request: Request) -> dict[str, Any]:
+    """Every queue of the project with its state and depth (the console's live table)."""
+    return {"queues": await service(request).overview(project)}
+
+
 @router.get("")
 async def list_queues(project: str, request: Request) -> list[Queue]:
     return await service(request).list(project)
@@ -69,3 +75,9 @@ async def queue_status(project: str, name: str, request: Request,
 async def queue_credentials(project: str, name: str, request: Request, response: Response) -> dict[str, str]:
     response.headers["Cache-Control"] = "no-store"
     return await service(request).credentials(project, name)
+
+
+@router.get("/{name}/stats")
+async def queue_stats(project: str, name: str, request: Request) -> dict[str, Any]:
+    """How many messages are waiting, in flight, delayed and dead now (see depth.py)."""
+    return (await service(request).depth(project, name)).view()

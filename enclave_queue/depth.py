@@ -1,0 +1,101 @@
+"""How full a queue is, read from its stream and consumer (two JetStream API requests).
+
+- ``waiting``: stored and ready to be received (the consumer's ``num_pending``);
+- ``in_flight``: received and not yet deleted, hidden until their visibility timeout ends or a
+  nack's delay runs out (``num_ack_pending``; like SQS's "not visible");
+- ``delayed``: stored but not deliverable yet (stream messages outside both counts: scheduled
+  messages, none until a send asks for a delay);
+- ``dead``: messages on the queue's dead-letter queue, ``None`` when it has none;
+- ``oldest_age_seconds``: the age of the oldest stored message, ``None`` when it is empty.
+
+And three counts since the stream was created, which only grow (Prometheus counters):
+``sent`` (the stream's last sequence), ``received`` (deliveries, redeliveries included: the
+consumer's delivered sequence) and ``removed`` (sent minus stored: deleted by workers or by hand,
+dead-lettered, discarded, or past retention).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, Optional
+
+from .auth.users import CONSUMER, stream_name
+from .broker.config import jsapi_prefix
+from .broker.connection import REQUEST_TIMEOUT, BrokerConnection, retry_unavailable
+from .errors import BrokerUnavailable
+
+PARALLEL = 32  #: queues read at the same time
+
+
+@dataclass(frozen=True)
+class Depth:
+    waiting: int
+    in_flight: int
+    delayed: int
+    dead: Optional[int]
+    oldest_age_seconds: Optional[float]
+    sent: int
+    received: int
+    removed: int
+
+    def view(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def _api(conn: BrokerConnection, queue_id: str, verb: str) -> dict[str, Any]:
+    """One JetStream API request to a queue's account; its JSON answer."""
+    subject = f"{jsapi_prefix(queue_id)}.{verb}"
+    reply = await retry_unavailable(lambda: conn.control.request(subject, b"", timeout=REQUEST_TIMEOUT))
+    body = json.loads(reply.data)
+    if "error" in body:
+        raise BrokerUnavailable(f"The broker refused {verb.split('.')[0]} {verb.split('.')[1]} info for "
+                                f"{queue_id}: {body['error'].get('description')}.")
+    return body
+
+
+async def stream_messages(conn: BrokerConnection, queue_id: str) -> int:
+    info = await _api(conn, queue_id, f"STREAM.INFO.{stream_name(queue_id)}")
+    return int(info["state"]["messages"])
+
+
+async def read_depth(conn: BrokerConnection, queue_id: str, dead_letter_id: Optional[str] = None,
+                     now: Optional[datetime] = None) -> Depth:
+    """A queue's depth now. ``dead_letter_id``: the account id of its dead-letter queue."""
+    stream = stream_name(queue_id)
+    reads: list[Any] = [_api(conn, queue_id, f"STREAM.INFO.{stream}"),
+                        _api(conn, queue_id, f"CONSUMER.INFO.{stream}.{CONSUMER}")]
+    if dead_letter_id is not None:
+        reads.append(stream_messages(conn, dead_letter_id))
+    stream_info, consumer_info, *dead = await asyncio.gather(*reads)
+    state = stream_info["state"]
+    stored, last_seq = int(state["messages"]), int(state["last_seq"])
+    waiting, in_flight = int(consumer_info["num_pending"]), int(consumer_info["num_ack_pending"])
+    oldest = None
+    if stored and state.get("first_ts"):
+        first = datetime.fromisoformat(state["first_ts"])
+        oldest = max(((now or datetime.now(UTC)) - first).total_seconds(), 0.0)
+    return Depth(
+        waiting=waiting,
+        in_flight=in_flight,
+        delayed=max(stored - waiting - in_flight, 0),
+        dead=dead[0] if dead else None,
+        oldest_age_seconds=oldest,
+        sent=last_seq,
+        received=int(consumer_info["delivered"]["consumer_seq"]),
+        removed=max(last_seq - stored, 0),
+    )
+
+
+async def read_depths(conn: BrokerConnection, queues: list[tuple[str, Optional[str]]]) -> list[Depth | BaseException]:
+    """Depths of many queues (``(id, dead-letter id)`` pairs), at most PARALLEL at a time; a
+    queue that could not be read gives its exception in its place."""
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def one(queue_id: str, dead_letter_id: Optional[str]) -> Depth:
+        async with gate:
+            return await read_depth(conn, queue_id, dead_letter_id)
+
+    return list(await asyncio.gather(*(one(q, d) for q, d in queues), return_exceptions=True))

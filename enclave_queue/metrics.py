@@ -1,0 +1,220 @@
+"""Prometheus metrics of the control process, served at ``/metrics`` (api/routes/metrics.py).
+
+Two kinds, in one registry the Runtime owns (not prometheus_client's global one, so several
+stacks in one test process never collide):
+
+- the control plane's own instruments, updated as things happen: reconcile durations and
+  errors (controller/reconciler.py), configuration reloads, their durations and failures
+  (controller/accounts.py);
+- per-queue numbers and the broker's state, read fresh at scrape time (``QueueMetrics``): each
+  queue's depth (depth.py: two JetStream API requests a queue), its stored counters, the nak
+  counter's unsaved counts and the broker's VARZ. One read serves every scrape within
+  ``CACHE_SECONDS``, so concurrent scrapers do not multiply the broker's work.
+
+Counters derived from the broker (sent, received, deleted) are kept monotonic here per queue: a
+stream or consumer re-created behind the controller's back restarts its sequences, which is
+added on top of what was counted before; a dip of ``deleted`` while a dead-letter move is
+between its delete and its count is not shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from .broker.connection import BrokerConnection
+from .controller.accounts import Accounts
+from .controller.naks import NakCounter
+from .controller.sampler import depth_reads, live_queues
+from .depth import Depth, read_depths
+from .state.kv import Store
+from .state.records import QueueCounters
+
+log = logging.getLogger("enclave.metrics")
+
+CACHE_SECONDS = 1.0  #: a scrape within this long of the last broker read reuses it
+LABELS = ("project", "queue")
+
+#: (name, help) of the per-queue gauges and counters, in the order they are exposed
+QUEUE_GAUGES = (
+    ("enclave_queue_messages_waiting", "Messages ready to be received."),
+    ("enclave_queue_messages_in_flight", "Messages received and not yet deleted: hidden until their visibility "
+                                         "timeout ends, or handed back with a delay that has not run out."),
+    ("enclave_queue_messages_delayed", "Messages stored but not deliverable yet (scheduled)."),
+    ("enclave_queue_dead_letters", "Messages on the queue's dead-letter queue (only for queues that have one)."),
+    ("enclave_queue_oldest_message_age_seconds", "Age of the oldest message the queue holds; 0 when it is empty."),
+)
+QUEUE_COUNTERS = (
+    ("enclave_queue_messages_sent", "Messages stored by the queue (the stream's last sequence)."),
+    ("enclave_queue_messages_received", "Deliveries to workers, redeliveries included."),
+    ("enclave_queue_messages_deleted", "Messages removed other than by dead-lettering or discarding: deleted "
+                                       "by workers or by hand, redriven away, or past retention."),
+    ("enclave_queue_messages_nacked", "Messages handed back by a worker (nack), counted from the broker's "
+                                      "MSG_NAKED advisories while the control process runs."),
+    ("enclave_queue_messages_dead_lettered", "Messages moved to the dead-letter queue after their last receive."),
+    ("enclave_queue_messages_discarded", "Messages dropped after their last receive (no dead-letter queue)."),
+)
+
+
+class ControlMetrics:
+    """The registry and the control plane's instruments."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.reconcile_seconds = Histogram(
+            "enclave_reconcile_duration_seconds", "Time one reconcile of one queue took, failed ones included.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=self.registry)
+        self.reconcile_errors = Counter(
+            "enclave_reconcile_errors", "Reconciles that failed (each is retried).", registry=self.registry)
+        self.reloads = Counter(
+            "enclave_config_reloads", "Broker configuration reloads that succeeded.", registry=self.registry)
+        self.reload_errors = Counter(
+            "enclave_config_reload_errors", "Broker configuration reloads that failed.", registry=self.registry)
+        self.reload_seconds = Histogram(
+            "enclave_config_reload_duration_seconds", "Time one broker configuration reload took.",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=self.registry)
+        self.queues: Optional[QueueMetrics] = None
+
+    def attach(self, store: Store, conn: BrokerConnection, accounts: Accounts, naks: NakCounter) -> None:
+        """Start exposing the queues and the broker (once the state store is open)."""
+        self.queues = QueueMetrics(store, conn, accounts, naks)
+        self.registry.register(self.queues)
+
+    async def render(self, accept: str = "") -> tuple[bytes, str]:
+        """The exposition (text format, or OpenMetrics if ``accept`` asks for it) and its content type."""
+        if self.queues is not None:
+            await self.queues.refresh()
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+
+@dataclass
+class _Totals:
+    """One queue's counters as last exposed, for keeping them monotonic."""
+
+    base: dict[str, int] = field(default_factory=lambda: {"sent": 0, "received": 0, "removed": 0})
+    last: dict[str, int] = field(default_factory=lambda: {"sent": 0, "received": 0, "removed": 0})
+    deleted: int = 0
+    nacked: int = 0
+
+    def update(self, depth: Depth, counts: QueueCounters, unsaved_naks: int) -> dict[str, int]:
+        # a sequence that went back means its stream (and with it the consumer) or its consumer
+        # was re-created: it restarted from zero, on top of what was counted before
+        stream_restarted = depth.sent < self.last["sent"] or depth.removed < self.last["removed"]
+        restarted = {"sent": stream_restarted, "removed": stream_restarted,
+                     "received": stream_restarted or depth.received < self.last["received"]}
+        out = {}
+        for name in ("sent", "received", "removed"):
+            raw = getattr(depth, name)
+            if restarted[name]:
+                self.base[name] += self.last[name]
+            self.last[name] = raw
+            out[name] = self.base[name] + raw
+        self.deleted = max(self.deleted, out["removed"] - counts.dead_lettered - counts.discarded)
+        self.nacked = max(self.nacked, counts.nacked + unsaved_naks)
+        return {"sent": out["sent"], "received": out["received"], "deleted": self.deleted, "nacked": self.nacked,
+                "dead_lettered": counts.dead_lettered, "discarded": counts.discarded}
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    queues: list[tuple[str, str, Depth, dict[str, int]]]  #: project, name, depth, counters
+    broker_up: bool
+    broker_memory: Optional[int]
+
+
+class QueueMetrics:
+    """A prometheus_client collector of per-queue numbers and the broker's state. ``refresh()``
+    (async) reads them; ``collect()`` (called by the exposition, synchronously) shows the last read."""
+
+    def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, naks: NakCounter) -> None:
+        self.store = store
+        self.conn = conn
+        self.accounts = accounts
+        self.naks = naks
+        self.reads = 0  #: broker reads done (one per refresh outside the cache)
+        self._snapshot = _Snapshot([], False, None)
+        self._read_at = -CACHE_SECONDS
+        self._lock = asyncio.Lock()
+        self._totals: dict[str, _Totals] = {}  #: by queue id
+
+    async def refresh(self) -> None:
+        async with self._lock:  # a scrape that arrives during a read waits for it and uses it
+            if time.monotonic() - self._read_at < CACHE_SECONDS:
+                return
+            self._snapshot = await self._read()
+            self._read_at = time.monotonic()
+            self.reads += 1
+
+    async def _read(self) -> _Snapshot:
+        try:
+            memory: Optional[int] = int((await self.conn.varz())["mem"])
+        except Exception:  # down, restarting, or not answering: that is what broker_up says
+            memory = None
+        try:
+            queues = await self._read_queues()
+        except Exception as exc:  # the state store not answering: the broker's numbers still go out
+            log.warning("queue metrics not read: %s", exc)
+            queues = []
+        return _Snapshot(queues, memory is not None, memory)
+
+    async def _read_queues(self) -> list[tuple[str, str, Depth, dict[str, int]]]:
+        records = await live_queues(self.store, self.accounts)
+        depths = await read_depths(self.conn, depth_reads(records))
+        # the stored counters and the unsaved naks together, so a flush cannot fall in between
+        async with self.naks.lock:
+            counters = {key: counts for key, counts, _ in await self.store.counters.items()}
+            unsaved = dict(self.naks.pending)
+        out = []
+        for record, depth in zip(records, depths, strict=True):
+            if not isinstance(depth, Depth):
+                continue  # not ready yet (or its account is being reloaded): no numbers this time
+            totals = self._totals.setdefault(record.id, _Totals())
+            counts = counters.get(record.key) or QueueCounters()
+            out.append((record.spec.project, record.spec.name, depth,
+                        totals.update(depth, counts, unsaved.get(record.id, 0))))
+        for gone in set(self._totals) - {record.id for record in records}:
+            del self._totals[gone]
+        return out
+
+    def describe(self) -> Iterator[Metric]:
+        return self._families(_Snapshot([], False, None))
+
+    def collect(self) -> Iterator[Metric]:
+        return self._families(self._snapshot)
+
+    @staticmethod
+    def _families(snapshot: _Snapshot) -> Iterator[Metric]:
+        gauges = {name: GaugeMetricFamily(name, text, labels=LABELS) for name, text in QUEUE_GAUGES}
+        counters = {name: CounterMetricFamily(name, text, labels=LABELS) for name, text in QUEUE_COUNTERS}
+        for project, name, depth, totals in snapshot.queues:
+            labels = [project, name]
+            values: dict[str, Any] = {
+                "enclave_queue_messages_waiting": depth.waiting,
+                "enclave_queue_messages_in_flight": depth.in_flight,
+                "enclave_queue_messages_delayed": depth.delayed,
+                "enclave_queue_dead_letters": depth.dead,
+                "enclave_queue_oldest_message_age_seconds": depth.oldest_age_seconds or 0.0,
+            }
+            for metric, value in values.items():
+                if value is not None:
+                    gauges[metric].add_metric(labels, value)
+            for metric in counters:
+                counters[metric].add_metric(labels, totals[metric.removeprefix("enclave_queue_messages_")])
+        yield from gauges.values()
+        yield from counters.values()
+        up = GaugeMetricFamily("enclave_broker_up", "1 if the broker answered the control plane at this scrape, else 0.")
+        up.add_metric([], 1 if snapshot.broker_up else 0)
+        yield up
+        memory = GaugeMetricFamily("enclave_broker_memory_bytes", "The broker's resident memory (its VARZ 'mem').")
+        if snapshot.broker_memory is not None:
+            memory.add_metric([], snapshot.broker_memory)
+        yield memory

@@ -1,0 +1,224 @@
+"""The ``enclave_queue`` resource's pure layer: its attributes, plan-time validation, defaults and
+plan, and the mapping between OpenTofu state and the HTTP API's queue object.
+
+No I/O and no gRPC: queue_resource.py is the glue that calls the API with what this module
+computes, and tests/provider/test_queue_model.py exercises it alone. Values are what ``tf``
+hands over: ``None`` for null, ``tf.types.Unknown`` for a value known only at apply (a refined
+unknown arrives as a plain Unknown, see tfcompat.py), numbers as int or float, lists as lists.
+The rules and defaults come from ``enclave_queue.spec``, so the provider refuses exactly what
+the API would refuse, before anything is applied.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Optional, get_args
+
+from tf.types import Unknown
+
+from enclave_queue.spec import (
+    BACKOFF_RULE,
+    LIMITS,
+    MAX_BACKOFF_STEPS,
+    NAME_RULE,
+    PROJECT_RULE,
+    ProjectName,
+    QueueName,
+    rule,
+)
+
+NAME = re.compile(get_args(QueueName)[1].pattern)
+PROJECT = re.compile(get_args(ProjectName)[1].pattern)
+STEP_LIMITS = LIMITS["visibility_timeout_seconds"]  #: each retry_backoff_seconds entry: seconds
+
+#: settings that change in place (name and project replace the queue)
+MUTABLE = ("dead_letter_queue", *LIMITS, "retry_backoff_seconds")
+ARGUMENTS = ("name", "project", *MUTABLE)
+REPLACES = ("name", "project")
+#: outputs fixed for the life of a queue: they derive from its id, name and project
+STABLE_OUTPUTS = ("id", "password_secret", "subject", "username")
+#: outputs the server reports from its own settings (a restart of ``enclave up`` on another
+#: broker port changes them), so any apply may return new values
+SERVER_OUTPUTS = ("broker_url", "internal_broker_url")
+OUTPUTS = tuple(sorted(STABLE_OUTPUTS + SERVER_OUTPUTS))
+ATTRIBUTES = ARGUMENTS + OUTPUTS
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One plan-time error: the attribute path (``("retry_backoff_seconds", 2)``) and a sentence."""
+
+    path: tuple[str | int, ...]
+    summary: str
+    detail: str
+
+
+def known(value: Any) -> bool:
+    """True for a value that is set and known now (not null, not unknown)."""
+    return value is not None and value is not Unknown
+
+
+def whole(value: Any) -> Optional[int]:
+    """An OpenTofu number as an int, or None if it is not a whole number (cty sends integers as
+    msgpack ints, other numbers as floats, and very large or precise ones as strings)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        try:
+            number = Decimal(value)
+        except InvalidOperation:
+            return None
+        return int(number) if number.is_finite() and number == number.to_integral_value() else None
+    return None
+
+
+def _in_range(value: Any, low: int, high: int) -> bool:
+    number = whole(value)
+    return number is not None and low <= number <= high
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def validate(config: Mapping[str, Any]) -> list[Problem]:
+    """Every rule the API would enforce that can be checked on the known part of ``config``,
+    each as a Problem naming its attribute. Unknown values are skipped: they are checked again
+    when OpenTofu validates the configuration once they are known, before apply."""
+    problems: list[Problem] = []
+
+    def bad(path: tuple[str | int, ...], detail: str) -> None:
+        problems.append(Problem(path, f"Invalid {path[0]}", detail))
+
+    for field, pattern, text in (("name", NAME, NAME_RULE), ("project", PROJECT, PROJECT_RULE),
+                                 ("dead_letter_queue", NAME, NAME_RULE)):
+        value = config.get(field)
+        if known(value) and not (isinstance(value, str) and pattern.match(value)):
+            bad((field,), f"{field} must be {text} (got {_show(value)}).")
+    name, dlq = config.get("name"), config.get("dead_letter_queue")
+    if known(name) and dlq == name:
+        bad(("dead_letter_queue",), "dead_letter_queue must name another queue, not the queue itself.")
+
+    for field, (low, _, high) in LIMITS.items():
+        value = config.get(field)
+        if known(value) and not _in_range(value, low, high):
+            bad((field,), f"{field} must be {rule(field)} (got {_show(value)}).")
+
+    backoff = config.get("retry_backoff_seconds")
+    if known(backoff):
+        if not 1 <= len(backoff) <= MAX_BACKOFF_STEPS:
+            bad(("retry_backoff_seconds",), f"retry_backoff_seconds must be {BACKOFF_RULE} (got {len(backoff)} entries).")
+        low, _, high = STEP_LIMITS
+        for index, step in enumerate(backoff):
+            if step is not Unknown and not _in_range(step, low, high):
+                bad(("retry_backoff_seconds", index),
+                    f"retry_backoff_seconds[{index}] must be a whole number of seconds from {low} to {high} "
+                    f"(got {_show(step)}).")
+        receives = whole(config.get("max_receives"))
+        if receives and len(backoff) >= receives:
+            bad(("retry_backoff_seconds",),
+                f"retry_backoff_seconds must have fewer entries than max_receives ({receives}): a schedule of "
+                f"{len(backoff)} retries needs at least {len(backoff) + 1} receives.")
+    return problems
+
+
+def _differs(planned: Any, prior: Any) -> bool:
+    """True if the planned value may differ from the prior one (an unknown may)."""
+    if planned is Unknown:
+        return True
+    if isinstance(planned, list) and isinstance(prior, list):
+        return len(planned) != len(prior) or any(_differs(a, b) for a, b in zip(planned, prior, strict=True))
+    return planned != prior  # 30 and 30.0 compare equal, as the same cty number
+
+
+def plan(prior: Optional[Mapping[str, Any]], config: Mapping[str, Any], proposed: Mapping[str, Any],
+         project: str) -> tuple[dict[str, Any], list[str]]:
+    """The planned state, and the attributes whose change replaces the queue.
+
+    ``proposed`` is OpenTofu's proposed new state (the configuration merged with the prior
+    state); ``project`` is the provider's project. A setting left out of the configuration is
+    planned at its default, on create and on update alike (so removing a line restores the
+    default instead of keeping the last value). Outputs are unknown on create; on an in-place
+    update the stable outputs keep their values and the server's are planned unknown; a plan
+    with no change is the prior state exactly.
+    """
+    planned = dict(proposed)
+    for field, (_, default, _) in LIMITS.items():
+        if config.get(field) is None:
+            planned[field] = default
+    if config.get("project") is None:
+        planned["project"] = project
+    if prior is None:
+        planned.update(dict.fromkeys(OUTPUTS, Unknown))
+        return planned, []
+
+    replace = [field for field in REPLACES if _differs(planned.get(field), prior.get(field))]
+    changed = [field for field in MUTABLE if _differs(planned.get(field), prior.get(field))]
+    if replace:
+        planned.update(dict.fromkeys(OUTPUTS, Unknown))
+    elif changed:
+        planned.update({k: prior.get(k) for k in STABLE_OUTPUTS})
+        planned.update(dict.fromkeys(SERVER_OUTPUTS, Unknown))
+    else:
+        planned.update({k: prior.get(k) for k in OUTPUTS})
+    return planned, replace
+
+
+def _int_list(value: Any) -> Optional[list[int]]:
+    return None if value is None else [int(whole(step) or 0) for step in value]
+
+
+def create_body(planned: Mapping[str, Any]) -> dict[str, Any]:
+    """The body of ``POST /v1/projects/{project}/queues`` for a planned (fully known) state."""
+    body: dict[str, Any] = {"name": planned["name"], **{field: whole(planned[field]) for field in LIMITS}}
+    if planned.get("dead_letter_queue") is not None:
+        body["dead_letter_queue"] = planned["dead_letter_queue"]
+    if planned.get("retry_backoff_seconds") is not None:
+        body["retry_backoff_seconds"] = _int_list(planned["retry_backoff_seconds"])
+    return body
+
+
+def patch_body(prior: Mapping[str, Any], planned: Mapping[str, Any]) -> dict[str, Any]:
+    """The body of ``PATCH …/queues/{name}``: only the settings that change (``None`` removes a
+    dead-letter queue or a retry schedule)."""
+    changes: dict[str, Any] = {}
+    for field in MUTABLE:
+        if _differs(planned.get(field), prior.get(field)):
+            value = planned.get(field)
+            if field in LIMITS:
+                value = whole(value)
+            elif field == "retry_backoff_seconds":
+                value = _int_list(value)
+            changes[field] = value
+    return changes
+
+
+def state_from_api(queue: Mapping[str, Any]) -> dict[str, Any]:
+    """The resource state of a queue object from the API (every attribute present)."""
+    state = {field: queue.get(field) for field in ATTRIBUTES}
+    backoff = queue.get("retry_backoff_seconds")
+    state["retry_backoff_seconds"] = list(backoff) if backoff is not None else None
+    return state
+
+
+def conform(old: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored state with exactly this schema's attributes (missing ones null, others dropped):
+    OpenTofu refuses an object with more or fewer attributes than its schema."""
+    return {field: old.get(field) for field in ATTRIBUTES}
+
+
+def parse_import_id(import_id: str, default_project: str) -> tuple[str, str]:
+    """``project/name`` or ``name`` (in the provider's project) → (project, name); raises
+    ValueError with a sentence for anything else."""
+    project, _, name = import_id.rpartition("/") if "/" in import_id else (default_project, "", import_id)
+    if not PROJECT.match(project) or not NAME.match(name) or import_id.count("/") > 1:
+        raise ValueError(f"The import id must be '<project>/<name>' or '<name>', with a queue name of {NAME_RULE} "
+                         f"and a project of {PROJECT_RULE} (got {import_id!r}).")
+    return project, name

@@ -1,0 +1,214 @@
+"""The ``enclave_queue`` resource: tf's Resource class as glue between OpenTofu and the HTTP API.
+
+Validation, defaults, the plan and the state ↔ API mapping are queue_model.py's; this class
+calls the API with them, waits like ``enclave queue create --wait`` (apply returns once the
+queue is Ready, or fails with the status message), and turns every API error into a diagnostic
+(``Unable to create queue 'emails': …``), never an exception.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+from tf.iface import (
+    CreateContext,
+    DeleteContext,
+    ImportContext,
+    PlanContext,
+    ReadContext,
+    Resource,
+    UpdateContext,
+    UpgradeContext,
+)
+from tf.schema import Attribute, Schema
+from tf.types import List, Number, String
+from tf.utils import Diagnostics
+
+from enclave_queue.admin import AdminClient
+from enclave_queue.errors import EnclaveError, NotFound, Timeout
+from enclave_queue.spec import BACKOFF_RULE, LIMITS, NAME_RULE
+
+from . import queue_model as model
+from .diagnostics import api_error, tf_path
+
+if TYPE_CHECKING:
+    from .provider import EnclaveProvider
+
+APPLY_TIMEOUT = 300.0  #: seconds an apply waits for a queue to be Ready, or gone
+POLL_STEP = 2.0  #: seconds one status long-poll may wait (StopProvider is noticed between polls)
+
+
+def _range(field: str) -> str:
+    low, default, high = LIMITS[field]
+    return f"{low}–{high}, default {default}"
+
+
+SCHEMA = Schema(version=0, description="A queue of Enclave Queues: a JetStream stream, its worker consumer "
+                                       "and a broker user with a managed password.", attributes=[
+    Attribute("name", String(), required=True, requires_replace=True,
+              description=f"Queue name: {NAME_RULE}. Changing it replaces the queue."),
+    Attribute("project", String(), optional=True, computed=True, requires_replace=True,
+              description="Project (the provider's `project` when unset). Changing it replaces the queue."),
+    Attribute("dead_letter_queue", String(), optional=True,
+              description="Another queue of the same project that receives the messages that ran out of receives."),
+    Attribute("max_message_bytes", Number(), optional=True, computed=True,
+              description=f"Largest message the queue accepts, headers included ({_range('max_message_bytes')})."),
+    Attribute("max_receives", Number(), optional=True, computed=True,
+              description=f"Receives before a message is dead-lettered; 0 = no limit ({_range('max_receives')})."),
+    Attribute("retention_hours", Number(), optional=True, computed=True,
+              description=f"Hours a message is kept, received or not ({_range('retention_hours')})."),
+    Attribute("visibility_timeout_seconds", Number(), optional=True, computed=True,
+              description=f"Seconds a received message stays hidden ({_range('visibility_timeout_seconds')})."),
+    Attribute("retry_backoff_seconds", List(Number()), optional=True,
+              description=f"Seconds before each retry, the last repeating: {BACKOFF_RULE}; fewer entries than "
+                          "max_receives when that is not 0."),
+    Attribute("broker_url", String(), computed=True, description="Where apps on this machine reach the broker."),
+    Attribute("id", String(), computed=True, description="The queue's stable random id."),
+    Attribute("internal_broker_url", String(), computed=True, description="Where containers reach the broker."),
+    Attribute("password_secret", String(), computed=True,
+              description="Name of the secret holding the app user's password (read it with data.enclave_secret)."),
+    Attribute("subject", String(), computed=True, description="The subject apps publish to."),
+    Attribute("username", String(), computed=True, description="The app user's name on the broker."),
+])
+
+
+class QueueResource(Resource):
+    def __init__(self, provider: EnclaveProvider) -> None:
+        self.provider = provider
+
+    @classmethod
+    def get_name(cls) -> str:
+        return "queue"
+
+    @classmethod
+    def get_schema(cls) -> Schema:
+        return SCHEMA
+
+    def validate(self, diags: Diagnostics, type_name: str, config: dict[str, Any]) -> None:
+        super().validate(diags, type_name, config)
+        for problem in model.validate(config or {}):
+            diags.add_error(problem.summary, problem.detail, path=tf_path(problem.path))
+
+    def plan(self, ctx: PlanContext, current: Optional[dict[str, Any]], planned: dict[str, Any]) -> dict[str, Any]:
+        config = getattr(ctx, "config", None) or {}
+        for problem in model.validate(config):
+            ctx.diagnostics.add_error(problem.summary, problem.detail, path=tf_path(problem.path))
+        result, replace = model.plan(current, config, planned, self.provider.project)
+        if hasattr(ctx, "requires_replace"):
+            ctx.requires_replace.extend(replace)
+        return result
+
+    def create(self, ctx: CreateContext, planned: dict[str, Any]) -> Optional[dict[str, Any]]:
+        name, project = planned["name"], self.provider.project_of(planned.get("project"))
+        try:
+            api = self.provider.api()
+            api.create_queue(project, model.create_body({**planned, "project": project}))
+        except EnclaveError as exc:
+            _report(ctx.diagnostics, "create", name, exc)
+            return None
+        return self._settle(ctx.diagnostics, api, project, name, "create")
+
+    def read(self, ctx: ReadContext, current: dict[str, Any]) -> Optional[dict[str, Any]]:
+        name, project = current["name"], self.provider.project_of(current.get("project"))
+        try:
+            return model.state_from_api(self.provider.api().get_queue(project, name))
+        except NotFound:
+            return None  # deleted outside OpenTofu: gone from state, the next plan creates it again
+        except EnclaveError as exc:
+            _report(ctx.diagnostics, "read", name, exc)
+            return current
+
+    def update(self, ctx: UpdateContext, current: dict[str, Any], planned: dict[str, Any]) -> Optional[dict[str, Any]]:
+        name, project = current["name"], self.provider.project_of(current.get("project"))
+        changes = model.patch_body(current, planned)
+        try:
+            api = self.provider.api()
+            if changes:
+                api.update_queue(project, name, changes)
+        except EnclaveError as exc:
+            _report(ctx.diagnostics, "update", name, exc)
+            return current
+        return self._settle(ctx.diagnostics, api, project, name, "update") or current
+
+    def delete(self, ctx: DeleteContext, current: dict[str, Any]) -> Optional[dict[str, Any]]:
+        name, project = current["name"], self.provider.project_of(current.get("project"))
+        try:
+            api = self.provider.api()
+            api.delete_queue(project, name)
+            self._wait_gone(api, project, name)
+        except NotFound:
+            return None
+        except EnclaveError as exc:
+            _report(ctx.diagnostics, "delete", name, exc)
+            return current  # still there: keep it in state
+        return None
+
+    def import_(self, ctx: ImportContext, id: str) -> Optional[dict[str, Any]]:
+        try:
+            project, name = model.parse_import_id(id, self.provider.project)
+        except ValueError as exc:
+            ctx.diagnostics.add_error(f"Unable to import queue {id!r}", str(exc))
+            return None
+        try:
+            return model.state_from_api(self.provider.api().get_queue(project, name))
+        except EnclaveError as exc:
+            _report(ctx.diagnostics, "import", name, exc)
+            return None
+
+    def upgrade(self, ctx: UpgradeContext, version: int, old: dict[str, Any]) -> dict[str, Any]:
+        return model.conform(old)
+
+    # -- waiting like --wait ----------------------------------------------------------------------
+
+    def _settle(self, diags: Diagnostics, api: AdminClient, project: str, name: str,
+                action: str) -> Optional[dict[str, Any]]:
+        """Wait until the queue's latest spec is Ready and return its state. If it is Errored, or
+        the wait ends early, return the queue as it is with an error: OpenTofu keeps it in state
+        (tainted after a create) so nothing is orphaned."""
+        try:
+            self._wait_ready(api, project, name)
+            return model.state_from_api(api.get_queue(project, name))
+        except EnclaveError as exc:
+            _report(diags, action, name, exc)
+        try:
+            return model.state_from_api(api.get_queue(project, name))
+        except EnclaveError:
+            return None
+
+    def _wait_ready(self, api: AdminClient, project: str, name: str) -> None:
+        """Long-poll the status until the latest generation is Ready; raises EnclaveError with the
+        status message if it is Errored, Timeout after APPLY_TIMEOUT or on StopProvider."""
+        deadline = time.monotonic() + APPLY_TIMEOUT
+        while True:
+            self._check_stopping(name)
+            remaining = deadline - time.monotonic()
+            status = api.queue_status(project, name, wait_seconds=max(0.1, min(POLL_STEP, remaining)))
+            if status["observed_generation"] >= status["generation"]:
+                if status["state"] == "Ready":
+                    return
+                if status["state"] == "Errored":
+                    raise EnclaveError(f"the queue is Errored: {status['message']}")
+            if time.monotonic() > deadline:
+                raise Timeout(f"the queue was not Ready after {APPLY_TIMEOUT:g} s: {status['message']}")
+
+    def _wait_gone(self, api: AdminClient, project: str, name: str) -> None:
+        """Return once the queue is gone (its status answers 404); Timeout otherwise."""
+        deadline = time.monotonic() + APPLY_TIMEOUT
+        while True:
+            self._check_stopping(name)
+            remaining = deadline - time.monotonic()
+            try:
+                status = api.queue_status(project, name, wait_seconds=max(0.1, min(POLL_STEP, remaining)))
+            except NotFound:
+                return
+            if time.monotonic() > deadline:
+                raise Timeout(f"the queue was still there after {APPLY_TIMEOUT:g} s: {status['message']}")
+
+    def _check_stopping(self, name: str) -> None:
+        if self.provider.stopping.is_set():
+            raise Timeout("OpenTofu interrupted the apply; the queue may not be ready yet.")
+
+
+def _report(diags: Diagnostics, action: str, name: Any, exc: EnclaveError) -> None:
+    api_error(diags, action, "queue", name, exc)

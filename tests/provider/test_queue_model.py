@@ -1,0 +1,138 @@
+"""The enclave_queue resource's pure layer, alone: validation, defaults and plan, state ↔ API."""
+
+import pytest
+from enclave_provider import queue_model as model
+from tf.types import Unknown
+
+VALID = {"name": "emails", "project": None, "dead_letter_queue": None, "max_message_bytes": None,
+         "max_receives": None, "retention_hours": None, "visibility_timeout_seconds": None,
+         "retry_backoff_seconds": None}
+PRIOR = {**VALID, "project": "default", "max_message_bytes": 262144, "max_receives": 0, "retention_hours": 96,
+         "visibility_timeout_seconds": 30, "broker_url": "nats://127.0.0.1:4222", "id": "qabc",
+         "internal_broker_url": "nats://es-system-broker:4222", "password_secret": "emails-password",
+         "subject": "queue.default.emails", "username": "qabc"}
+
+
+@pytest.mark.parametrize(("field", "value", "path", "fragment"), [
+    ("name", "Emails", ("name",), "3–40 lowercase letters"),
+    ("name", "ab", ("name",), "(got 'ab')"),
+    ("project", "Shop", ("project",), "1–40 lowercase letters"),
+    ("dead_letter_queue", "emails", ("dead_letter_queue",), "not the queue itself"),
+    ("dead_letter_queue", "x", ("dead_letter_queue",), "3–40"),
+    ("max_message_bytes", 1023, ("max_message_bytes",), "from 1024 to 1048576 (got 1023)"),
+    ("max_message_bytes", 1048577, ("max_message_bytes",), "(got 1048577)"),
+    ("max_receives", -1, ("max_receives",), "from 0 to 1000"),
+    ("max_receives", 1001, ("max_receives",), "(got 1001)"),
+    ("retention_hours", 0, ("retention_hours",), "from 1 to 336"),
+    ("retention_hours", 337, ("retention_hours",), "(got 337)"),
+    ("visibility_timeout_seconds", 0, ("visibility_timeout_seconds",), "from 1 to 43200"),
+    ("visibility_timeout_seconds", 43201, ("visibility_timeout_seconds",), "(got 43201)"),
+    ("visibility_timeout_seconds", 1.5, ("visibility_timeout_seconds",), "(got 1.5)"),
+    ("retry_backoff_seconds", [], ("retry_backoff_seconds",), "(got 0 entries)"),
+    ("retry_backoff_seconds", [5] * 21, ("retry_backoff_seconds",), "(got 21 entries)"),
+    ("retry_backoff_seconds", [5, 0, 30], ("retry_backoff_seconds", 1), "retry_backoff_seconds[1]"),
+    ("retry_backoff_seconds", [43201], ("retry_backoff_seconds", 0), "from 1 to 43200"),
+])
+def test_each_rule_names_its_attribute(field, value, path, fragment):
+    (problem,) = model.validate({**VALID, field: value})
+    assert problem.path == path
+    assert problem.summary == f"Invalid {field}"
+    assert fragment in problem.detail
+
+
+def test_backoff_needs_fewer_entries_than_max_receives():
+    (problem,) = model.validate({**VALID, "max_receives": 2, "retry_backoff_seconds": [5, 30]})
+    assert problem.path == ("retry_backoff_seconds",) and "fewer entries than max_receives (2)" in problem.detail
+    assert model.validate({**VALID, "max_receives": 3, "retry_backoff_seconds": [5, 30]}) == []
+    assert model.validate({**VALID, "max_receives": 0, "retry_backoff_seconds": [5, 30]}) == []
+
+
+def test_unknown_values_are_not_validated_yet():
+    config = {**VALID, "name": Unknown, "max_receives": Unknown, "dead_letter_queue": Unknown,
+              "retry_backoff_seconds": [5, Unknown]}
+    assert model.validate(config) == []
+    assert model.validate({**VALID, "retry_backoff_seconds": Unknown, "max_receives": 1}) == []
+
+
+def test_numbers_arrive_as_ints_floats_or_strings():
+    assert [model.whole(v) for v in (30, 30.0, "30", "3e1", 1.5, "1.5", "x", True, None)] == [
+        30, 30, 30, 30, None, None, None, None, None]
+    assert model.validate({**VALID, "retention_hours": "24"}) == []
+
+
+def test_create_plans_defaults_the_providers_project_and_unknown_outputs():
+    planned, replace = model.plan(None, VALID, VALID, "shop")
+    assert replace == []
+    assert planned["project"] == "shop"
+    assert [planned[f] for f in model.LIMITS] == [262144, 0, 96, 30]
+    assert all(planned[o] is Unknown for o in model.OUTPUTS)
+    assert planned["dead_letter_queue"] is None and planned["retry_backoff_seconds"] is None
+
+
+def test_a_setting_removed_from_the_configuration_goes_back_to_its_default():
+    prior = {**PRIOR, "max_receives": 5}
+    proposed = {**prior}  # what OpenTofu proposes: the prior value of an optional+computed attribute
+    planned, replace = model.plan(prior, VALID, proposed, "default")
+    assert planned["max_receives"] == 0 and replace == []
+
+
+def test_an_update_keeps_the_stable_outputs_and_plans_the_servers_unknown():
+    config = {**VALID, "visibility_timeout_seconds": 60}
+    planned, replace = model.plan(PRIOR, config, {**PRIOR, "visibility_timeout_seconds": 60}, "default")
+    assert replace == []
+    assert {o: planned[o] for o in model.STABLE_OUTPUTS} == {o: PRIOR[o] for o in model.STABLE_OUTPUTS}
+    assert all(planned[o] is Unknown for o in model.SERVER_OUTPUTS)
+
+
+def test_no_change_plans_the_prior_state_exactly():
+    planned, replace = model.plan(PRIOR, VALID, dict(PRIOR), "default")
+    assert planned == PRIOR and replace == []
+
+
+@pytest.mark.parametrize(("change", "replaced"), [
+    ({"name": "emails-2"}, ["name"]),
+    ({"project": "shop"}, ["project"]),
+    ({"name": Unknown}, ["name"]),
+])
+def test_name_or_project_replaces(change, replaced):
+    config = {**VALID, **change}
+    planned, replace = model.plan(PRIOR, config, {**PRIOR, **change}, "default")
+    assert replace == replaced
+    assert all(planned[o] is Unknown for o in model.OUTPUTS)
+
+
+def test_a_changed_provider_project_replaces_a_queue_that_names_none():
+    _, replace = model.plan(PRIOR, VALID, dict(PRIOR), "other")
+    assert replace == ["project"]
+
+
+def test_bodies_for_the_api():
+    planned = {**PRIOR, "dead_letter_queue": "dlq", "retry_backoff_seconds": [5.0, 30], "max_receives": 3.0}
+    assert model.create_body(planned) == {
+        "name": "emails", "max_message_bytes": 262144, "max_receives": 3, "retention_hours": 96,
+        "visibility_timeout_seconds": 30, "dead_letter_queue": "dlq", "retry_backoff_seconds": [5, 30]}
+    assert model.patch_body(planned, {**planned, "dead_letter_queue": None, "retry_backoff_seconds": None,
+                                      "max_receives": 0}) == {
+        "dead_letter_queue": None, "max_receives": 0, "retry_backoff_seconds": None}
+    assert model.patch_body(planned, dict(planned)) == {}
+
+
+def test_state_from_the_api_has_every_attribute():
+    queue = {**PRIOR, "retry_backoff_seconds": (5, 30), "extra": "ignored"}
+    state = model.state_from_api(queue)
+    assert set(state) == set(model.ATTRIBUTES) and state["retry_backoff_seconds"] == [5, 30]
+    assert model.conform({"name": "x", "gone": 1}) == {**dict.fromkeys(model.ATTRIBUTES), "name": "x"}
+
+
+@pytest.mark.parametrize(("import_id", "expected"), [
+    ("shop/emails", ("shop", "emails")),
+    ("emails", ("default", "emails")),
+])
+def test_import_ids(import_id, expected):
+    assert model.parse_import_id(import_id, "default") == expected
+
+
+@pytest.mark.parametrize("import_id", ["", "Shop/emails", "shop/", "a/b/c", "shop/x", "/emails"])
+def test_bad_import_ids(import_id):
+    with pytest.raises(ValueError, match="must be '<project>/<name>' or '<name>'"):
+        model.parse_import_id(import_id, "default")

@@ -1,0 +1,224 @@
+"""The enclave_queue resource and the data sources driven as OpenTofu drives them, against the
+shared running stack: what each plan and apply does on the broker, and every API error as a
+diagnostic. Each step that OpenTofu runs as a separate command gets a fresh provider process."""
+
+import json
+
+import nats.js.api
+import nats.js.errors
+import pytest
+
+from enclave_queue.auth.users import CONSUMER, stream_name
+from enclave_queue.broker.connection import retry_unavailable
+from enclave_queue.errors import NotFound
+from enclave_queue.spec import HEADER_ROOM
+from tests.helpers import control_connection, make_queue
+from tests.provider.harness import UNKNOWN, errors_of
+
+Q = "enclave_queue"
+
+
+async def broker_objects(stack, queue_id):
+    """The queue's stream and consumer configs, read on the broker itself."""
+    async with control_connection(stack) as nc:
+        js = nc.jetstream(prefix=f"jsapi.{queue_id}")
+        stream = await retry_unavailable(lambda: js.stream_info(stream_name(queue_id)))
+        consumer = await retry_unavailable(lambda: js.consumer_info(stream_name(queue_id), CONSUMER))
+        return stream.config, consumer.config
+
+
+async def assert_gone_from_broker(stack, queue_id):
+    assert queue_id not in json.loads((stack.home / "broker" / "nats.conf").read_text())["accounts"]
+    async with control_connection(stack) as nc:
+        with pytest.raises(nats.js.errors.ServiceUnavailableError):  # no account answers any more
+            await nc.jetstream(prefix=f"jsapi.{queue_id}", timeout=1).stream_info(stream_name(queue_id))
+
+
+async def test_plan_then_apply_in_a_fresh_process_creates_the_queue_on_the_broker(stack, new_tofu, unique_name):
+    planner = new_tofu()
+    config = planner.config(Q, name=unique_name, max_message_bytes=2048, max_receives=4, retention_hours=2,
+                            visibility_timeout_seconds=7)
+    assert planner.validate(Q, config) == []
+    plan = planner.plan(Q, None, config)
+    assert errors_of(plan.diagnostics) == [] and plan.requires_replace == []
+    assert plan.planned["project"] == "default" and plan.planned["id"] is UNKNOWN
+    planner.process.stop()
+
+    applier = new_tofu()  # OpenTofu applies a saved plan with a new provider process
+    state, diags = applier.apply(Q, plan)
+    assert diags == []
+    with stack.admin() as admin:
+        queue = admin.get_queue("default", unique_name)
+        assert admin.queue_status("default", unique_name)["state"] == "Ready"
+    assert state == {**queue, "retry_backoff_seconds": None}
+    assert state["subject"] == f"queue.default.{unique_name}" and state["password_secret"] == f"{unique_name}-password"
+
+    stream, consumer = await broker_objects(stack, state["id"])
+    assert (stream.max_age, stream.max_msg_size) == (2 * 3600, 2048 + HEADER_ROOM)
+    assert (consumer.ack_wait, consumer.max_deliver) == (7, 4)
+
+    refreshed, diags = new_tofu().read(Q, state)
+    assert refreshed == state and diags == []
+
+
+async def test_an_in_place_update_changes_the_broker_objects(stack, tofu, unique_name):
+    state = tofu.create(Q, name=unique_name, max_receives=4)
+    config = tofu.config(Q, name=unique_name, max_receives=6, visibility_timeout_seconds=12, retention_hours=5,
+                         retry_backoff_seconds=[2, 9])
+    plan = tofu.plan(Q, state, config)
+    assert plan.requires_replace == [] and errors_of(plan.diagnostics) == []
+    assert plan.planned["id"] == state["id"] and plan.planned["username"] == state["username"]
+    assert plan.planned["broker_url"] is UNKNOWN  # the server's outputs may change with any apply
+    updated, diags = tofu.apply(Q, plan)
+    assert diags == [] and updated["id"] == state["id"]
+    stream, consumer = await broker_objects(stack, state["id"])
+    assert stream.max_age == 5 * 3600
+    assert (consumer.max_deliver, consumer.backoff, consumer.ack_wait) == (6, [2, 9], 2)
+
+    # lines removed from the configuration go back to their defaults (tf applies defaults on create only)
+    plan = tofu.plan(Q, updated, tofu.config(Q, name=unique_name))
+    assert (plan.planned["max_receives"], plan.planned["retry_backoff_seconds"]) == (0, None)
+    reset, diags = tofu.apply(Q, plan)
+    assert diags == [] and (reset["max_receives"], reset["visibility_timeout_seconds"]) == (0, 30)
+    stream, consumer = await broker_objects(stack, state["id"])
+    assert (consumer.max_deliver, consumer.ack_wait, consumer.backoff, stream.max_age) == (-1, 30, None, 96 * 3600)
+
+    # the same configuration again: nothing to do
+    again = tofu.plan(Q, reset, tofu.config(Q, name=unique_name))
+    assert again.planned == reset and again.requires_replace == []
+
+
+async def test_a_new_name_replaces_the_queue(stack, tofu, unique_name):
+    old = tofu.create(Q, name=unique_name)
+    renamed = f"{unique_name}-b"
+    plan = tofu.plan(Q, old, tofu.config(Q, name=renamed))
+    assert plan.requires_replace == [("name",)] and plan.planned["id"] is UNKNOWN
+    tofu.destroy(Q, old)  # OpenTofu's replace: delete, then create
+    new = tofu.create(Q, name=renamed)
+    assert new["id"] != old["id"]
+    with stack.admin() as admin:
+        with pytest.raises(NotFound):
+            admin.get_queue("default", unique_name)
+        assert admin.get_queue("default", renamed)["id"] == new["id"]
+    await assert_gone_from_broker(stack, old["id"])
+    await broker_objects(stack, new["id"])
+
+
+def test_a_queue_deleted_outside_opentofu_leaves_the_state_on_refresh(stack, tofu, unique_name):
+    state = tofu.create(Q, name=unique_name)
+    with stack.admin() as admin:
+        admin.delete_queue("default", unique_name)
+        admin.wait_deleted("default", unique_name, timeout=20)
+    refreshed, diags = tofu.read(Q, state)
+    assert refreshed is None and diags == []
+    plan = tofu.plan(Q, None, tofu.config(Q, name=unique_name))  # the next plan creates it again
+    assert plan.planned["id"] is UNKNOWN and errors_of(plan.diagnostics) == []
+
+
+@pytest.mark.parametrize("form", ["project/name", "name"])
+def test_import_by_either_id(stack, new_tofu, unique_name, form):
+    make_queue(stack, unique_name, project="tf-import", max_receives=3, retry_backoff_seconds=[4])
+    tofu = new_tofu(project="tf-import")
+    import_id = f"tf-import/{unique_name}" if form == "project/name" else unique_name
+    (state,), diags = tofu.import_state(Q, import_id)
+    assert diags == [] and (state["project"], state["name"], state["max_receives"]) == ("tf-import", unique_name, 3)
+    refreshed, _ = tofu.read(Q, state)
+    assert refreshed == state
+    plan = tofu.plan(Q, refreshed, tofu.config(Q, name=unique_name, max_receives=3, retry_backoff_seconds=[4]))
+    assert plan.planned == refreshed and plan.requires_replace == []  # matches the configuration: no change
+
+    states, diags = tofu.import_state(Q, f"tf-import/{unique_name}-missing")
+    assert states == [] and [d.summary for d in errors_of(diags)] == [
+        f"Unable to import queue '{unique_name}-missing': Queue '{unique_name}-missing' does not exist in project "
+        "'tf-import'."]
+
+
+async def test_destroy_leaves_nothing_behind(stack, tofu, unique_name):
+    dlq = tofu.create(Q, name=f"{unique_name}-dlq")
+    queue = tofu.create(Q, name=unique_name, dead_letter_queue=dlq["name"], max_receives=2)
+    assert queue["dead_letter_queue"] == dlq["name"]
+    tofu.destroy(Q, queue)  # dependents first, as OpenTofu orders them
+    tofu.destroy(Q, dlq)
+    with stack.admin() as admin:
+        names = {q["name"] for q in admin.list_queues("default")}
+        assert not {unique_name, f"{unique_name}-dlq"} & names
+        with pytest.raises(NotFound):
+            admin.read_secret("default", f"{unique_name}-password")
+    for state in (queue, dlq):
+        await assert_gone_from_broker(stack, state["id"])
+        assert not (stack.home / "broker" / "jetstream" / state["id"]).exists()
+
+
+def test_api_errors_are_diagnostics_and_the_provider_keeps_serving(stack, tofu, unique_name):
+    make_queue(stack, unique_name)
+    taken = tofu.plan(Q, None, tofu.config(Q, name=unique_name))
+    state, diags = tofu.apply(Q, taken)
+    assert state is None
+    assert [d.summary for d in diags] == [
+        f"Unable to create queue '{unique_name}': Queue '{unique_name}' already exists in project 'default'."]
+
+    missing_dlq = tofu.plan(Q, None, tofu.config(Q, name=f"{unique_name}-b", dead_letter_queue="no-such-queue"))
+    state, diags = tofu.apply(Q, missing_dlq)
+    (error,) = diags
+    assert state is None and error.path == ("dead_letter_queue",)
+    assert error.summary == (f"Unable to create queue '{unique_name}-b': dead_letter_queue names queue 'no-such-queue', "
+                             "which does not exist in project 'default'.")
+
+    # a queue in use as a dead-letter queue cannot be deleted: the state keeps it
+    dlq = tofu.create(Q, name=f"{unique_name}-dlq")
+    user = tofu.create(Q, name=f"{unique_name}-c", dead_letter_queue=dlq["name"])
+    kept, diags = tofu.apply(Q, tofu.plan(Q, dlq, None))
+    assert kept == dlq and diags[0].summary.startswith(f"Unable to delete queue '{unique_name}-dlq': ")
+
+    assert tofu.process.alive() and tofu.read(Q, user)[0] == user
+    tofu.destroy(Q, user)
+    tofu.destroy(Q, dlq)
+
+
+def test_data_sources_wire_a_queues_password_into_an_app(stack, tofu, unique_name):
+    state = tofu.create(Q, name=unique_name, visibility_timeout_seconds=9)
+    queue, diags = tofu.read_data(Q, tofu.config(Q, name=unique_name))
+    assert diags == [] and queue == state
+    secret, diags = tofu.read_data("enclave_secret", tofu.config("enclave_secret", name=queue["password_secret"]))
+    with stack.admin() as admin:
+        assert diags == [] and secret["value"] == admin.credentials("default", unique_name)["password"]
+    assert secret["project"] == "default"
+
+    missing, diags = tofu.read_data("enclave_secret", tofu.config("enclave_secret", name="nope-password"))
+    assert missing is None and [d.summary for d in diags] == [
+        "Unable to read secret 'nope-password': Secret 'nope-password' does not exist in project 'default'."]
+
+
+def test_the_environment_configures_the_provider(stack, start_provider, unique_name):
+    from tests.provider.harness import Tofu
+
+    tofu = Tofu(start_provider(env={"ENCLAVE_URL": stack.api_url, "ENCLAVE_TOKEN": stack.token,
+                                    "ENCLAVE_PROJECT": "tf-env"}))
+    assert tofu.configure() == []
+    state = tofu.create(Q, name=unique_name)
+    assert state["project"] == "tf-env" and state["subject"] == f"queue.tf-env.{unique_name}"
+    tofu.destroy(Q, state)
+
+    wrong = Tofu(start_provider(env={"ENCLAVE_URL": stack.api_url, "ENCLAVE_TOKEN": "enq_wrong"}))
+    assert wrong.configure() == []
+    _, diags = wrong.read(Q, state)
+    assert diags[0].summary.startswith(f"Unable to read queue '{unique_name}': ")
+    assert "token" in diags[0].summary.lower()
+
+
+async def test_an_apply_that_ends_errored_fails_with_the_status_message(stack, tofu, unique_name):
+    state = tofu.create(Q, name=unique_name)
+    stream = stream_name(state["id"])
+    async with control_connection(stack) as nc:  # a change the controller cannot repair in place
+        js = nc.jetstream(prefix=f"jsapi.{state['id']}")
+        await retry_unavailable(lambda: js.delete_stream(stream))
+        await retry_unavailable(lambda: js.add_stream(name=stream, subjects=[state["subject"]],
+                                                      retention=nats.js.api.RetentionPolicy.LIMITS))
+        plan = tofu.plan(Q, state, tofu.config(Q, name=unique_name, retention_hours=5))
+        updated, diags = tofu.apply(Q, plan)
+        (error,) = diags
+        assert error.summary.startswith(f"Unable to update queue '{unique_name}': the queue is Errored: ")
+        assert "was changed outside Enclave (retention)" in error.summary
+        assert updated is not None and updated["retention_hours"] == 5  # recorded: OpenTofu keeps what was applied
+        await retry_unavailable(lambda: js.delete_stream(stream))  # the operator's fix; the next resync repairs it
+    tofu.destroy(Q, updated)
