@@ -45,6 +45,17 @@ TEMPORARY = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.error
 PATIENCE = 8  #: temporary failures in a row (about 4 s) before the status says Errored
 
 
+def is_temporary(exc: BaseException) -> bool:
+    """A failure worth a quick retry: the broker unreachable or reloading, or a JetStream API
+    error on the server's side (5xx). nats-server 2.15 once answered a stream create with 10049
+    "error creating store for stream" during a burst of creates after a burst of deletes
+    (bench.provider); shown as Errored at once, that stopped an apply that a retry would finish.
+    After PATIENCE failures in a row the status says Errored all the same."""
+    if isinstance(exc, TEMPORARY):
+        return True
+    return isinstance(exc, nats.js.errors.APIError) and (exc.code or 0) >= 500
+
+
 class PermanentError(EnclaveError):
     """A state the reconciler cannot repair by itself; shown as Errored until the spec changes."""
 
@@ -149,7 +160,7 @@ class Reconciler:
                 self.metrics.reconcile_errors.inc()
             failures = self._failures[key] = self._failures.get(key, 0) + 1
             text = str(exc) or type(exc).__name__
-            if isinstance(exc, TEMPORARY):
+            if is_temporary(exc):
                 log.info("reconcile of %s will be retried: %r", key, exc)
             elif not isinstance(exc, EnclaveError):
                 log.exception("reconcile of %s failed", key)
@@ -160,7 +171,7 @@ class Reconciler:
                     state: State = "Errored"
                     if record.deleting:
                         state = "Deleting"
-                    elif isinstance(exc, TEMPORARY) and failures < PATIENCE:
+                    elif is_temporary(exc) and failures < PATIENCE:
                         state, text = "Reconciling", f"Waiting for the broker: {text}"
                     await self._set_status(record, state, text, type(exc).__name__)
             delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS)) - 1]

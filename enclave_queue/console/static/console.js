@@ -286,10 +286,16 @@ function deadLettersTab(section) {
     problemBox.hidden = !text;
   }
 
+  const rows = new Map();  // sequence -> its row, kept across refreshes (a pressed Discard stays armed)
+
   async function load() {
     try {
       const { dead_letters: letters } = await api("GET", `${base}/dead-letters?limit=100`);
-      table.tBodies[0].replaceChildren(...letters.map(row));
+      const shown = letters.map((letter) => rows.get(letter.sequence) || row(letter));
+      rows.clear();
+      shown.forEach((tr, i) => rows.set(letters[i].sequence, tr));
+      const body = table.tBodies[0];
+      if (shown.length !== body.rows.length || shown.some((tr, i) => body.rows[i] !== tr)) body.replaceChildren(...shown);
       table.hidden = letters.length === 0;
       empty.hidden = letters.length !== 0;
     } catch (problem) {
@@ -314,6 +320,7 @@ function deadLettersTab(section) {
         await api(method, `${base}/dead-letters/${letter.sequence}${suffix}`);
         status.textContent = text;
         tr.dataset.done = "1";
+        rows.delete(letter.sequence);
         setTimeout(load, 800);
       } catch (problem) {
         status.textContent = problem.message;
@@ -366,6 +373,7 @@ function deadLettersTab(section) {
   }
 
   load();
+  setInterval(load, 3000);  // new dead letters appear by themselves
 }
 
 // -- Credentials tab ------------------------------------------------------------------------
