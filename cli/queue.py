@@ -24,6 +24,8 @@ MaxReceives = Annotated[Optional[int], typer.Option("--max-receives", help="Rece
 DeadLetterQueue = Annotated[Optional[str], typer.Option("--dead-letter-queue", help="Queue in the same project that receives dead letters.")]
 RetentionHours = Annotated[Optional[int], typer.Option("--retention-hours", help="Hours a message is kept (1–336; default 96).")]
 MaxMessageBytes = Annotated[Optional[int], typer.Option("--max-message-bytes", help="Largest message (1024–1048576; default 262144).")]
+MaxMessages = Annotated[Optional[int], typer.Option("--max-messages", help="Messages the queue holds at most (0–10000000; 0 = no limit); a full queue refuses new ones.")]
+DedupeWindow = Annotated[Optional[int], typer.Option("--dedupe-window-seconds", help="Seconds a dedupe key is remembered (1–86400, at most the retention; default 3600).")]
 RetryBackoff = Annotated[Optional[str], typer.Option("--retry-backoff-seconds", help="Seconds before each retry, comma-separated (e.g. 5,30,120; the last repeats).")]
 
 
@@ -56,6 +58,7 @@ def create(
     visibility_timeout_seconds: VisibilityTimeout = None, max_receives: MaxReceives = None,
     dead_letter_queue: DeadLetterQueue = None, retention_hours: RetentionHours = None,
     max_message_bytes: MaxMessageBytes = None, retry_backoff_seconds: RetryBackoff = None,
+    max_messages: MaxMessages = None, dedupe_window_seconds: DedupeWindow = None,
     wait: Wait = False, json: Json = False,
 ) -> None:
     """Create a queue."""
@@ -63,7 +66,8 @@ def create(
     spec = settings_from_options(
         name=name, visibility_timeout_seconds=visibility_timeout_seconds, max_receives=max_receives,
         dead_letter_queue=dead_letter_queue, retention_hours=retention_hours, max_message_bytes=max_message_bytes,
-        retry_backoff_seconds=backoff_list(retry_backoff_seconds),
+        retry_backoff_seconds=backoff_list(retry_backoff_seconds), max_messages=max_messages,
+        dedupe_window_seconds=dedupe_window_seconds,
     )
     with api() as client:
         queue = client.create_queue(project, spec)
@@ -111,6 +115,7 @@ def update(
     retention_hours: RetentionHours = None, max_message_bytes: MaxMessageBytes = None,
     retry_backoff_seconds: RetryBackoff = None,
     no_retry_backoff: Annotated[bool, typer.Option("--no-retry-backoff", help="Remove the retry schedule.")] = False,
+    max_messages: MaxMessages = None, dedupe_window_seconds: DedupeWindow = None,
     wait: Wait = False, json: Json = False,
 ) -> None:
     """Change a queue's settings in place."""
@@ -118,7 +123,8 @@ def update(
     changes = settings_from_options(
         visibility_timeout_seconds=visibility_timeout_seconds, max_receives=max_receives,
         dead_letter_queue=dead_letter_queue, retention_hours=retention_hours, max_message_bytes=max_message_bytes,
-        retry_backoff_seconds=backoff_list(retry_backoff_seconds),
+        retry_backoff_seconds=backoff_list(retry_backoff_seconds), max_messages=max_messages,
+        dedupe_window_seconds=dedupe_window_seconds,
     )
     if no_dead_letter_queue:
         changes["dead_letter_queue"] = None
@@ -170,13 +176,16 @@ def send(
     name: Name,
     body: Annotated[str, typer.Argument(help="Message body (text; '-' reads standard input).")],
     project: Project = None, json: Json = False,
+    dedupe_key: Annotated[Optional[str], typer.Option("--dedupe-key", help="1–128 characters; a key sent again within the queue's dedupe window adds nothing.")] = None,
 ) -> None:
     """Send one message by hand."""
     text = sys.stdin.read() if body == "-" else body
     with api() as client:
-        result = client.send(project_of(project), name, text)
+        result = client.send(project_of(project), name, text, dedupe_key=dedupe_key)
     if json:
         print_json(result)
+    elif result.get("duplicate"):
+        out.print(f"Duplicate of message {result['sequence']} in '{name}' (dedupe key already sent); nothing added.")
     else:
         out.print(f"Sent message {result['sequence']} to '{name}'.")
 

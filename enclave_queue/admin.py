@@ -135,8 +135,11 @@ class AdminClient:
 
     # -- messages -------------------------------------------------------------------------------
 
-    def send(self, project: str, name: str, body: Any = None, *, body_base64: Optional[str] = None) -> dict[str, Any]:
-        payload = {"body_base64": body_base64} if body_base64 is not None else {"body": body}
+    def send(self, project: str, name: str, body: Any = None, *, body_base64: Optional[str] = None,
+             dedupe_key: Optional[str] = None) -> dict[str, Any]:
+        payload: dict[str, Any] = {"body_base64": body_base64} if body_base64 is not None else {"body": body}
+        if dedupe_key is not None:
+            payload["dedupe_key"] = dedupe_key
         return self.request("POST", f"{self._queues(project)}/{name}/messages", json=payload)
 
     def receive(self, project: str, name: str, max_messages: int = 1, wait: float = 1.0) -> list[dict[str, Any]]:

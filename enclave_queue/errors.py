@@ -7,12 +7,18 @@ Every layer raises these; the HTTP API turns them into JSON problems, the CLI in
       + SpecError                -> HTTP 422 / exit 2   a setting out of range, a bad name
       + NotFound                 -> HTTP 404 / exit 4   no such queue, secret or message
       + Conflict                 -> HTTP 409 / exit 5   a taken name, a queue still in use
+      |   + QueueFull            -> HTTP 409 / exit 8   the queue holds max_messages already
       + Unauthorized             -> HTTP 401 / exit 7   missing or wrong API token
       + Forbidden                -> HTTP 403 / exit 7   the token may not do this
       + PermissionDenied         -> (SDK)     exit 7    the broker refused this queue user
       + MessageTooLarge          -> HTTP 413 / exit 2   a body over max_message_bytes
       + BrokerUnavailable        -> HTTP 503 / exit 3   the broker cannot be reached
       + Timeout                  -> HTTP 504 / exit 6   waited too long for a state
+
+``QueueFull`` is a 409 (the queue's current state refuses the message; consuming or raising
+``max_messages`` resolves it), not a 5xx: nothing is wrong with the server, and clients and
+proxies retry 5xx answers on their own, which a full queue must not invite. A client tells it
+from a plain ``Conflict`` by the problem's title.
 
 Messages are one sentence that names the object, for example
 ``Queue 'emails' does not exist in project 'default'.``
@@ -52,6 +58,12 @@ class Conflict(EnclaveError):
     status, exit_code, title = 409, 5, "Conflict"
 
 
+class QueueFull(Conflict):
+    """The queue already holds ``max_messages``; the broker refused the message (not retried)."""
+
+    status, exit_code, title = 409, 8, "Queue full"
+
+
 class Unauthorized(EnclaveError):
     status, exit_code, title = 401, 7, "Unauthorized"
 
@@ -78,6 +90,9 @@ class Timeout(EnclaveError):
     status, exit_code, title = 504, 6, "Timeout"
 
 
+#: errors that share a status with another, told apart by their problem's title
+BY_TITLE: dict[str, type[EnclaveError]] = {cls.title: cls for cls in (QueueFull,)}
+
 #: every concrete error by its HTTP status, so a client can rebuild the right class
 BY_STATUS: dict[int, type[EnclaveError]] = {
     cls.status: cls
@@ -87,6 +102,8 @@ BY_STATUS: dict[int, type[EnclaveError]] = {
 
 def from_problem(status: int, problem: dict[str, Any]) -> EnclaveError:
     """Rebuild an EnclaveError from an HTTP JSON problem (the inverse of api/problems.py)."""
-    cls = BY_STATUS.get(status, EnclaveError)
+    cls = BY_TITLE.get(str(problem.get("title")))
+    if cls is None or cls.status != status:
+        cls = BY_STATUS.get(status, EnclaveError)
     detail = problem.get("detail") or problem.get("title") or f"HTTP {status}"
     return cls(detail, errors=problem.get("errors"))

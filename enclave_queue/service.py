@@ -23,10 +23,11 @@ from .auth.users import CONSUMER, inbox_prefix, stream_name, username
 from .broker.config import send_subject
 from .broker.connection import UNAVAILABLE, BrokerConnection, retry_unavailable
 from .client.message import nak_delay
+from .client.queue import QUEUE_FULL, TOO_LARGE
 from .controller.accounts import Accounts
 from .controller.sampler import read_samples
 from .depth import Depth, read_depth, read_depths
-from .errors import BrokerUnavailable, Conflict, EnclaveError, MessageTooLarge, NotFound, SpecError
+from .errors import BrokerUnavailable, Conflict, EnclaveError, MessageTooLarge, NotFound, QueueFull, SpecError
 from .redrive import DeadLetterOps
 from .spec import (
     MAX_HISTORY_HOURS,
@@ -35,6 +36,7 @@ from .spec import (
     Queue,
     QueuePatch,
     QueueSpec,
+    check_dedupe_key,
     password_secret_name,
     queue_key,
     rule,
@@ -287,8 +289,13 @@ class QueueService:
 
     # -- messages by hand -----------------------------------------------------------------------
 
-    async def send(self, project: str, name: str, body: bytes, content_type: Optional[str] = None) -> dict[str, Any]:
-        """Publish one message and wait for the broker to store it."""
+    async def send(self, project: str, name: str, body: bytes, content_type: Optional[str] = None,
+                   dedupe_key: Optional[str] = None) -> dict[str, Any]:
+        """Publish one message and wait for the broker to store it. Returns its ``sequence`` and
+        whether it was a ``duplicate`` (a ``dedupe_key`` seen within the window: the first message's
+        sequence, nothing stored). Raises QueueFull at ``max_messages``, MessageTooLarge, SpecError."""
+        if dedupe_key is not None:
+            check_dedupe_key(dedupe_key)
         record = await self.live(project, name)
         limit = record.spec.max_message_bytes
         if len(body) > limit:
@@ -296,10 +303,12 @@ class QueueService:
                 f"The message is {len(body)} bytes; queue '{name}' accepts at most {limit} (max_message_bytes)."
             )
         subject = send_subject(record.id, subject_for(project, name))
-        headers = {"Content-Type": content_type} if content_type else None
+        headers = {"Content-Type": content_type} if content_type else {}
+        if dedupe_key is not None:
+            headers["Nats-Msg-Id"] = dedupe_key
         try:
             reply = await retry_unavailable(
-                lambda: self.conn.control.request(subject, body, timeout=SEND_TIMEOUT, headers=headers))
+                lambda: self.conn.control.request(subject, body, timeout=SEND_TIMEOUT, headers=headers or None))
         except UNAVAILABLE:
             raise Conflict(f"Queue '{name}' in project '{project}' is not ready yet.") from None
         except nats.errors.TimeoutError as exc:
@@ -307,8 +316,11 @@ class QueueService:
         ack = json.loads(reply.data)
         if "error" in ack:
             error = ack["error"]
-            if error.get("err_code") == 10054:
+            if error.get("err_code") == TOO_LARGE:
                 raise MessageTooLarge(f"The message is larger than queue '{name}' accepts (max_message_bytes).")
+            if error.get("err_code") == QUEUE_FULL:
+                raise QueueFull(f"Queue '{name}' in project '{project}' is full (max_messages "
+                                f"{record.spec.max_messages}); the message was not stored.")
             raise EnclaveError(f"The broker refused the message to queue '{name}': {error.get('description')}.")
         return {"sequence": ack["seq"], "duplicate": bool(ack.get("duplicate"))}
 

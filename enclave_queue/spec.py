@@ -25,7 +25,9 @@ DEFAULT_PROJECT = "default"
 
 #: (minimum, default, maximum) of each numeric setting, the one table the fields are built from
 LIMITS: dict[str, tuple[int, int, int]] = {
+    "dedupe_window_seconds": (1, 3600, 86400),  # how long a dedupe key is remembered; ≤ retention
     "max_message_bytes": (1024, 262144, 1048576),
+    "max_messages": (0, 0, 10_000_000),  # 0 = no limit; a full queue refuses new messages
     "max_receives": (0, 0, 1000),  # 0 = no limit
     "retention_hours": (1, 96, 336),
     "visibility_timeout_seconds": (1, 30, 43200),
@@ -52,6 +54,8 @@ def _bounded(field: str, *, default: bool = True) -> Any:
     return Field(dflt if default else None, ge=low, le=high)
 
 
+MAX_DEDUPE_KEY = 128  #: characters of a dedupe key (sent as the message's Nats-Msg-Id)
+DEDUPE_KEY_RULE = f"a text of 1 to {MAX_DEDUPE_KEY} printable characters"
 MAX_RECEIVE = 100  #: messages one receive by hand may take
 MAX_RECEIVE_WAIT = 20  #: seconds a receive by hand may wait
 MAX_HISTORY_HOURS = 168  #: hours of depth history one request may span (samples are kept 7 days)
@@ -64,7 +68,18 @@ REQUEST_RULES = {
     "after": "a sequence number (0 or more)",
     "filter_error": "a text of 1 to 1024 characters",
     "hours": f"an integer from 1 to {MAX_HISTORY_HOURS}",
+    "dedupe_key": DEDUPE_KEY_RULE,
 }
+
+
+def check_dedupe_key(key: Any) -> str:
+    """A dedupe key as given, if it follows DEDUPE_KEY_RULE; raises SpecError otherwise. It
+    travels as a header value, so line breaks and other control characters are refused."""
+    if isinstance(key, str) and 1 <= len(key) <= MAX_DEDUPE_KEY and key.isprintable():
+        return key
+    got = f"{len(key)} characters" if isinstance(key, str) and len(key) > MAX_DEDUPE_KEY else repr(key)
+    raise SpecError(f"dedupe_key must be {DEDUPE_KEY_RULE} (got {got}).",
+                    errors=[{"field": "dedupe_key", "message": f"must be {DEDUPE_KEY_RULE} (got {got})"}])
 
 
 def rule(field: str) -> str:
@@ -95,6 +110,10 @@ class QueueSpec(BaseModel):
     max_receives: int = _bounded("max_receives")  #: 0 = no limit
     retention_hours: int = _bounded("retention_hours")
     visibility_timeout_seconds: int = _bounded("visibility_timeout_seconds")
+    #: messages the queue holds at most (waiting, in flight and dead); 0 = no limit
+    max_messages: int = _bounded("max_messages")
+    #: seconds a dedupe key (``Nats-Msg-Id``) is remembered; at most the retention
+    dedupe_window_seconds: int = _bounded("dedupe_window_seconds")
     #: seconds before each retry (the last repeats): the lease of each receive, and the delay of
     #: a nack() without one; None = the visibility timeout for every receive, nacks at once
     retry_backoff_seconds: Optional[Backoff] = None
@@ -103,6 +122,12 @@ class QueueSpec(BaseModel):
     def _cross_field_rules(self) -> QueueSpec:
         if self.dead_letter_queue == self.name:
             raise ValueError("dead_letter_queue must name another queue, not the queue itself")
+        if self.dedupe_window_seconds > self.retention_hours * 3600:
+            raise ValueError(
+                f"dedupe_window_seconds ({self.dedupe_window_seconds}) must not exceed retention_hours "
+                f"({self.retention_hours} h = {self.retention_hours * 3600} s): a key cannot outlive "
+                "the messages it guards"
+            )
         backoff = self.retry_backoff_seconds
         if backoff and self.max_receives and len(backoff) >= self.max_receives:
             raise ValueError(
@@ -138,6 +163,8 @@ class QueuePatch(BaseModel):
     max_receives: Optional[int] = _bounded("max_receives", default=False)
     retention_hours: Optional[int] = _bounded("retention_hours", default=False)
     visibility_timeout_seconds: Optional[int] = _bounded("visibility_timeout_seconds", default=False)
+    max_messages: Optional[int] = _bounded("max_messages", default=False)
+    dedupe_window_seconds: Optional[int] = _bounded("dedupe_window_seconds", default=False)
     retry_backoff_seconds: Optional[Backoff] = None
 
     def apply(self, spec: QueueSpec) -> QueueSpec:
@@ -163,6 +190,8 @@ class Queue(BaseModel):
     max_receives: int
     retention_hours: int
     visibility_timeout_seconds: int
+    max_messages: int
+    dedupe_window_seconds: int
     retry_backoff_seconds: Optional[list[int]]
     username: str
     password_secret: str

@@ -31,6 +31,8 @@ QUEUE_SCHEMA = Schema(version=0, description="An existing queue's settings and o
               description="Project (the provider's `project` when unset)."),
     Attribute("dead_letter_queue", String(), computed=True),
     Attribute("max_message_bytes", Number(), computed=True),
+    Attribute("max_messages", Number(), computed=True),
+    Attribute("dedupe_window_seconds", Number(), computed=True),
     Attribute("max_receives", Number(), computed=True),
     Attribute("retention_hours", Number(), computed=True),
     Attribute("visibility_timeout_seconds", Number(), computed=True),

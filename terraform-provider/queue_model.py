@@ -111,6 +111,18 @@ def validate(config: Mapping[str, Any]) -> list[Problem]:
         if known(value) and not _in_range(value, low, high):
             bad((field,), f"{field} must be {rule(field)} (got {_show(value)}).")
 
+    # the dedupe window within the retention: an unset value is its default; an unknown value, or
+    # one out of its own range (a problem already), is not compared
+    window, hours = (LIMITS[f][1] if config.get(f) is None else config.get(f)
+                     for f in ("dedupe_window_seconds", "retention_hours"))
+    if (known(window) and known(hours) and _in_range(window, *LIMITS["dedupe_window_seconds"][::2])
+            and _in_range(hours, *LIMITS["retention_hours"][::2])):
+        window, hours = whole(window) or 0, whole(hours) or 0
+        if window > hours * 3600:
+            bad(("dedupe_window_seconds",),
+                f"dedupe_window_seconds ({window}) must not exceed retention_hours ({hours} h = {hours * 3600} s): "
+                "a key cannot outlive the messages it guards.")
+
     backoff = config.get("retry_backoff_seconds")
     if known(backoff):
         if not 1 <= len(backoff) <= MAX_BACKOFF_STEPS:

@@ -54,6 +54,12 @@ SCHEMA = Schema(version=0, description="A queue of Enclave Queues: a JetStream s
               description="Another queue of the same project that receives the messages that ran out of receives."),
     Attribute("max_message_bytes", Number(), optional=True, computed=True,
               description=f"Largest message the queue accepts, headers included ({_range('max_message_bytes')})."),
+    Attribute("max_messages", Number(), optional=True, computed=True,
+              description=f"Messages the queue holds at most (waiting, in flight and dead); a full queue refuses "
+                          f"new ones; 0 = no limit ({_range('max_messages')})."),
+    Attribute("dedupe_window_seconds", Number(), optional=True, computed=True,
+              description=f"Seconds a dedupe key (Nats-Msg-Id) is remembered; at most retention_hours × 3600 "
+                          f"({_range('dedupe_window_seconds')})."),
     Attribute("max_receives", Number(), optional=True, computed=True,
               description=f"Receives before a message is dead-lettered; 0 = no limit ({_range('max_receives')})."),
     Attribute("retention_hours", Number(), optional=True, computed=True,

@@ -80,3 +80,14 @@ def make_queue(stack: EnclaveStack, name: str, project: str = "default", **setti
         admin.create_queue(project, {"name": name, **settings})
         admin.wait_ready(project, name, timeout=20)
         return admin.credentials(project, name)
+
+
+async def stream_config(stack: EnclaveStack, queue_id: str) -> Any:
+    """A queue's stream config as the broker itself reports it."""
+    from enclave_queue.auth.users import stream_name
+    from enclave_queue.broker.connection import retry_unavailable
+
+    async with control_connection(stack) as nc:
+        js = nc.jetstream(prefix=f"jsapi.{queue_id}")
+        info = await retry_unavailable(lambda: js.stream_info(stream_name(queue_id)))
+        return info.config

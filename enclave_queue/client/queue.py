@@ -4,6 +4,9 @@ What each verb does on the broker (JetStream):
 
 - ``send`` publishes to the queue's subject and returns once the stream has stored the message
   (its PubAck), so a sent message is durable. ``send_batch`` pipelines many publishes.
+  ``send(body, dedupe_key=…)`` sets ``Nats-Msg-Id``: within the queue's ``dedupe_window_seconds``
+  the broker stores a repeated key once and answers with the first message's sequence. A queue
+  holding ``max_messages`` refuses new messages (``discard: new``): ``QueueFull``, not retried.
 - ``receive`` pulls from the queue's durable consumer. A received message is *leased*: hidden
   from other receivers for the visibility timeout (``ack_wait``). If it is not deleted in time
   it comes back, with ``receive_count`` one higher.
@@ -22,7 +25,8 @@ What each verb does on the broker (JetStream):
 
 Errors: a refused operation (a permissions violation) raises ``PermissionDenied`` at once, not
 after a timeout; wrong credentials raise ``Unauthorized``; an oversize message
-``MessageTooLarge``. A closed queue raises ``RuntimeError("Client is closed.")``.
+``MessageTooLarge``; a full queue ``QueueFull``; a bad dedupe key ``SpecError``. A closed queue
+raises ``RuntimeError("Client is closed.")``.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ from nats.aio.msg import Msg
 from nats.nuid import NUID
 
 from ..auth.users import ERRORS_SUBJECT, REJECT_SUBJECT
-from ..errors import BrokerUnavailable, EnclaveError, MessageTooLarge, PermissionDenied, Unauthorized
-from ..spec import HEADER_ROOM
+from ..errors import BrokerUnavailable, EnclaveError, MessageTooLarge, PermissionDenied, QueueFull, Unauthorized
+from ..spec import HEADER_ROOM, check_dedupe_key
 from .credentials import Credentials
 from .message import Message, encode, scheduled_delay
 
@@ -55,6 +59,8 @@ RETRY_WINDOW = 3.0  #: seconds to keep asking a request nobody answered (a reloa
 SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are cached
 
 _STATUS = "Status"
+QUEUE_FULL = 10077  #: err_code of a publish to a stream at max_msgs with discard new (2.15.1)
+TOO_LARGE = 10054  #: err_code of a publish over max_msg_size
 
 
 class _Pull:
@@ -236,26 +242,33 @@ class Queue:
         ack = json.loads(msg.data)
         error = ack.get("error")
         if error:
-            if error.get("err_code") == 10054:
+            if error.get("err_code") == TOO_LARGE:
                 raise MessageTooLarge(f"The message is larger than the queue accepts ({error.get('description')}).")
+            if error.get("err_code") == QUEUE_FULL:
+                raise QueueFull(f"The queue on '{self.subject}' is full (max_messages); the message was not stored.")
             raise EnclaveError(f"The broker refused the message: {error.get('description')}.")
         return int(ack["seq"])
 
-    async def send(self, body: Any, *, headers: Optional[dict[str, str]] = None,
+    async def send(self, body: Any, *, dedupe_key: Optional[str] = None, headers: Optional[dict[str, str]] = None,
                    timeout: float = DEFAULT_TIMEOUT) -> int:
-        """Send one message; returns its sequence number once the broker has stored it."""
+        """Send one message; returns its sequence number once the broker has stored it. With
+        ``dedupe_key`` (1–128 printable characters), a key already sent within the queue's dedupe
+        window stores nothing and returns the first message's sequence. Raises ``QueueFull`` when
+        the queue holds ``max_messages``, ``MessageTooLarge``, ``SpecError`` for a bad key."""
         self._check_open()
+        extra = {"Nats-Msg-Id": check_dedupe_key(dedupe_key)} if dedupe_key is not None else {}
         data, content = encode(body)
         await self._check_size(data)
         token, future = self._new_waiter()
         await self._nc.publish(self.subject, data, reply=f"{self._mux}.{token}",
-                               headers={**(content or {}), **(headers or {})} or None)
+                               headers={**(content or {}), **(headers or {}), **extra} or None)
         return self._check_ack(await self._await(token, future, timeout, "the message"))
 
     async def send_batch(self, bodies: Iterable[Any], *, window: int = SEND_WINDOW,
                          timeout: float = DEFAULT_TIMEOUT) -> int:
         """Send many messages, pipelined (up to ``window`` unconfirmed); returns how many the
-        broker stored. If any fails, raises once the rest have settled, saying how many went.
+        broker stored. If any fails, raises once the rest have settled, saying how many went (the
+        first failure's class: ``QueueFull`` when the queue filled up, each later message refused too).
 
         The PubAcks of a batch all come to one inbox of its own and are counted as they arrive
         (no future per message), which keeps up with a raw pipelined publisher."""
@@ -443,10 +456,13 @@ class Queue:
             try:
                 await asyncio.wait_for(self._nc.drain(), DEFAULT_TIMEOUT)
                 return
-            except (TimeoutError, nats.errors.Error):
+            except (TimeoutError, OSError, nats.errors.Error):
                 pass
         if not self._nc.is_closed:
-            await self._nc.close()
+            with contextlib.suppress(OSError):
+                await self._nc.close()
+        if self._nc._subs:  # nats-py gave up half-way: the broker reset the connection under it
+            _finish_close(self._nc)
 
     async def __aenter__(self) -> Queue:
         return self
@@ -517,3 +533,16 @@ async def _connect(credentials: Credentials | dict[str, Any] | None, *, name: st
     queue = Queue(nc, creds)
     await queue._start()
     return queue
+
+
+def _finish_close(nc: Any) -> None:
+    """What nats-py 2.16's close leaves undone when the broker resets the connection while it
+    flushes (it raises ConnectionResetError half-way, after marking itself closed): stop the
+    subscriptions' delivery tasks and drop the transport."""
+    for sub in list(nc._subs.values()):
+        task = sub._wait_for_msgs_task
+        if task is not None and not task.done():
+            task.cancel()
+    nc._subs.clear()
+    if nc._transport is not None:
+        nc._transport.close()

@@ -1,9 +1,10 @@
 """Pure functions from a queue's spec to its JetStream stream and consumer, and the drift check.
 
 The stream keeps messages until a worker deletes them (WorkQueue retention), on disk, refusing
-new messages rather than dropping old ones when full. The consumer is the one durable pull
-consumer all workers share; ``ack_wait`` is the visibility timeout and ``max_deliver`` the
-number of receives allowed.
+new messages rather than dropping old ones when full (``max_messages``: the broker answers a
+publish to a full stream with err_code 10077, "maximum messages exceeded"). The consumer is the
+one durable pull consumer all workers share; ``ack_wait`` is the visibility timeout and
+``max_deliver`` the number of receives allowed.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ from __future__ import annotations
 from nats.js import api
 
 from ..auth.users import CONSUMER, stream_name
-from ..spec import HEADER_ROOM, QueueSpec, subject_for
+from ..spec import HEADER_ROOM, LIMITS, QueueSpec, subject_for
 
 #: leased-but-not-deleted messages per queue (the server's default of 1000 is low for a queue)
 MAX_ACK_PENDING = 20_000
-#: seconds a Nats-Msg-Id is remembered for deduplication: a dead letter moved twice (the mover
-#: killed between copy and delete) or a redrive run twice within it stores one copy; no more
-#: than the shortest retention (1 h), as JetStream requires
-DUPLICATE_WINDOW = 3600.0
+#: the default of ``dedupe_window_seconds``: seconds a Nats-Msg-Id is remembered for
+#: deduplication. A dead letter moved twice (the mover killed between copy and delete) or a
+#: redrive run twice within the dead-letter queue's window stores one copy; no more than the
+#: shortest retention (1 h), as JetStream requires (duplicate_window ≤ max_age)
+DUPLICATE_WINDOW = float(LIMITS["dedupe_window_seconds"][1])
 
 #: fields that cannot change on a live object; drift there cannot be repaired in place
 IMMUTABLE_STREAM = frozenset({"retention", "storage"})
@@ -39,10 +41,10 @@ def stream_config(queue_id: str, spec: QueueSpec) -> api.StreamConfig:
         discard=api.DiscardPolicy.NEW,
         max_age=float(spec.retention_hours * 3600),
         max_msg_size=spec.max_message_bytes + HEADER_ROOM,
-        max_msgs=-1,
+        max_msgs=spec.max_messages or -1,  # with discard new: a full queue refuses (err_code 10077)
         max_bytes=-1,
         allow_direct=True,
-        duplicate_window=DUPLICATE_WINDOW,
+        duplicate_window=float(spec.dedupe_window_seconds),
         num_replicas=1,
     )
 

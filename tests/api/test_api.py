@@ -114,9 +114,9 @@ def test_patch_refuses_renames_and_bad_values(stack, http, unique_name):
 def test_queue_object_keys_are_exactly_the_opentofu_attributes(stack, http, unique_name):
     make_queue(stack, unique_name)
     queue = http.get(f"/v1/projects/default/queues/{unique_name}").json()
-    assert set(queue) == {"broker_url", "dead_letter_queue", "id", "internal_broker_url", "max_message_bytes",
-                          "max_receives", "name", "password_secret", "project", "retention_hours",
-                          "retry_backoff_seconds", "subject", "username", "visibility_timeout_seconds"}
+    assert set(queue) == {"broker_url", "dead_letter_queue", "dedupe_window_seconds", "id", "internal_broker_url",
+                          "max_message_bytes", "max_messages", "max_receives", "name", "password_secret", "project",
+                          "retention_hours", "retry_backoff_seconds", "subject", "username", "visibility_timeout_seconds"}
     assert queue["broker_url"] == stack.broker_url
     assert queue["internal_broker_url"] == "nats://es-system-broker:4222"
     secret = http.get(f"/v1/projects/default/secrets/{queue['password_secret']}")

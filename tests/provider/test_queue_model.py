@@ -6,9 +6,10 @@ from tf.types import Unknown
 
 VALID = {"name": "emails", "project": None, "dead_letter_queue": None, "max_message_bytes": None,
          "max_receives": None, "retention_hours": None, "visibility_timeout_seconds": None,
-         "retry_backoff_seconds": None}
+         "max_messages": None, "dedupe_window_seconds": None, "retry_backoff_seconds": None}
 PRIOR = {**VALID, "project": "default", "max_message_bytes": 262144, "max_receives": 0, "retention_hours": 96,
-         "visibility_timeout_seconds": 30, "broker_url": "nats://127.0.0.1:4222", "id": "qabc",
+         "visibility_timeout_seconds": 30, "max_messages": 0, "dedupe_window_seconds": 3600,
+         "broker_url": "nats://127.0.0.1:4222", "id": "qabc",
          "internal_broker_url": "nats://es-system-broker:4222", "password_secret": "emails-password",
          "subject": "queue.default.emails", "username": "qabc"}
 
@@ -28,6 +29,10 @@ PRIOR = {**VALID, "project": "default", "max_message_bytes": 262144, "max_receiv
     ("visibility_timeout_seconds", 0, ("visibility_timeout_seconds",), "from 1 to 43200"),
     ("visibility_timeout_seconds", 43201, ("visibility_timeout_seconds",), "(got 43201)"),
     ("visibility_timeout_seconds", 1.5, ("visibility_timeout_seconds",), "(got 1.5)"),
+    ("max_messages", -1, ("max_messages",), "from 0 to 10000000"),
+    ("max_messages", 10_000_001, ("max_messages",), "(got 10000001)"),
+    ("dedupe_window_seconds", 0, ("dedupe_window_seconds",), "from 1 to 86400"),
+    ("dedupe_window_seconds", 86401, ("dedupe_window_seconds",), "(got 86401)"),
     ("retry_backoff_seconds", [], ("retry_backoff_seconds",), "(got 0 entries)"),
     ("retry_backoff_seconds", [5] * 21, ("retry_backoff_seconds",), "(got 21 entries)"),
     ("retry_backoff_seconds", [5, 0, 30], ("retry_backoff_seconds", 1), "retry_backoff_seconds[1]"),
@@ -47,6 +52,15 @@ def test_backoff_needs_fewer_entries_than_max_receives():
     assert model.validate({**VALID, "max_receives": 0, "retry_backoff_seconds": [5, 30]}) == []
 
 
+def test_dedupe_window_may_not_exceed_the_retention():
+    (problem,) = model.validate({**VALID, "retention_hours": 1, "dedupe_window_seconds": 3601})
+    assert problem.path == ("dedupe_window_seconds",)
+    assert "dedupe_window_seconds (3601) must not exceed retention_hours (1 h = 3600 s)" in problem.detail
+    assert model.validate({**VALID, "retention_hours": 1, "dedupe_window_seconds": 3600}) == []
+    assert model.validate({**VALID, "retention_hours": 1}) == []  # the default window (3600) fits
+    assert model.validate({**VALID, "retention_hours": Unknown, "dedupe_window_seconds": 86400}) == []
+
+
 def test_unknown_values_are_not_validated_yet():
     config = {**VALID, "name": Unknown, "max_receives": Unknown, "dead_letter_queue": Unknown,
               "retry_backoff_seconds": [5, Unknown]}
@@ -64,7 +78,9 @@ def test_create_plans_defaults_the_providers_project_and_unknown_outputs():
     planned, replace = model.plan(None, VALID, VALID, "shop")
     assert replace == []
     assert planned["project"] == "shop"
-    assert [planned[f] for f in model.LIMITS] == [262144, 0, 96, 30]
+    assert {f: planned[f] for f in model.LIMITS} == {
+        "dedupe_window_seconds": 3600, "max_message_bytes": 262144, "max_messages": 0, "max_receives": 0,
+        "retention_hours": 96, "visibility_timeout_seconds": 30}
     assert all(planned[o] is Unknown for o in model.OUTPUTS)
     assert planned["dead_letter_queue"] is None and planned["retry_backoff_seconds"] is None
 
@@ -110,7 +126,8 @@ def test_bodies_for_the_api():
     planned = {**PRIOR, "dead_letter_queue": "dlq", "retry_backoff_seconds": [5.0, 30], "max_receives": 3.0}
     assert model.create_body(planned) == {
         "name": "emails", "max_message_bytes": 262144, "max_receives": 3, "retention_hours": 96,
-        "visibility_timeout_seconds": 30, "dead_letter_queue": "dlq", "retry_backoff_seconds": [5, 30]}
+        "visibility_timeout_seconds": 30, "max_messages": 0, "dedupe_window_seconds": 3600,
+        "dead_letter_queue": "dlq", "retry_backoff_seconds": [5, 30]}
     assert model.patch_body(planned, {**planned, "dead_letter_queue": None, "retry_backoff_seconds": None,
                                       "max_receives": 0}) == {
         "dead_letter_queue": None, "max_receives": 0, "retry_backoff_seconds": None}

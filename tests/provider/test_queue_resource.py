@@ -64,7 +64,7 @@ async def test_plan_then_apply_in_a_fresh_process_creates_the_queue_on_the_broke
 async def test_an_in_place_update_changes_the_broker_objects(stack, tofu, unique_name):
     state = tofu.create(Q, name=unique_name, max_receives=4)
     config = tofu.config(Q, name=unique_name, max_receives=6, visibility_timeout_seconds=12, retention_hours=5,
-                         retry_backoff_seconds=[2, 9])
+                         retry_backoff_seconds=[2, 9], max_messages=50, dedupe_window_seconds=120)
     plan = tofu.plan(Q, state, config)
     assert plan.requires_replace == [] and errors_of(plan.diagnostics) == []
     assert plan.planned["id"] == state["id"] and plan.planned["username"] == state["username"]
@@ -72,7 +72,7 @@ async def test_an_in_place_update_changes_the_broker_objects(stack, tofu, unique
     updated, diags = tofu.apply(Q, plan)
     assert diags == [] and updated["id"] == state["id"]
     stream, consumer = await broker_objects(stack, state["id"])
-    assert stream.max_age == 5 * 3600
+    assert (stream.max_age, stream.max_msgs, stream.duplicate_window) == (5 * 3600, 50, 120)
     assert (consumer.max_deliver, consumer.backoff, consumer.ack_wait) == (6, [2, 9], 2)
 
     # lines removed from the configuration go back to their defaults (tf applies defaults on create only)
@@ -82,6 +82,7 @@ async def test_an_in_place_update_changes_the_broker_objects(stack, tofu, unique
     assert diags == [] and (reset["max_receives"], reset["visibility_timeout_seconds"]) == (0, 30)
     stream, consumer = await broker_objects(stack, state["id"])
     assert (consumer.max_deliver, consumer.ack_wait, consumer.backoff, stream.max_age) == (-1, 30, None, 96 * 3600)
+    assert (stream.max_msgs, stream.duplicate_window) == (-1, 3600)
 
     # the same configuration again: nothing to do
     again = tofu.plan(Q, reset, tofu.config(Q, name=unique_name))

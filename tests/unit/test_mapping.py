@@ -28,6 +28,21 @@ def test_stream_config(spec, max_age, max_msg_size):
 
 
 @pytest.mark.parametrize(
+    ("spec", "max_msgs", "duplicate_window"),
+    [
+        (QueueSpec(name="emails"), -1, 3600),
+        (QueueSpec(name="emails", max_messages=1, dedupe_window_seconds=1), 1, 1),
+        (QueueSpec(name="emails", max_messages=10_000_000, dedupe_window_seconds=86400), 10_000_000, 86400),
+    ],
+)
+def test_stream_capacity_and_dedupe_window(spec, max_msgs, duplicate_window):
+    config = mapping.stream_config("qabc", spec)
+    assert config.max_msgs == max_msgs  # 0 = no limit is the broker's -1
+    assert config.duplicate_window == duplicate_window
+    assert config.discard == api.DiscardPolicy.NEW  # a full queue refuses the new message, keeps the old ones
+
+
+@pytest.mark.parametrize(
     ("spec", "ack_wait", "max_deliver"),
     [
         (QueueSpec(name="emails"), 30, -1),
@@ -51,5 +66,7 @@ def test_drift_names_the_fields_that_differ():
     assert mapping.drift(same, want, mapping.STREAM_FIELDS) == []
     changed = mapping.stream_config("qabc", QueueSpec(name="emails", retention_hours=2, max_message_bytes=2048))
     assert mapping.drift(changed, want, mapping.STREAM_FIELDS) == ["max_age", "max_msg_size"]
+    resized = mapping.stream_config("qabc", QueueSpec(name="emails", max_messages=5, dedupe_window_seconds=60))
+    assert mapping.drift(resized, want, mapping.STREAM_FIELDS) == ["max_msgs", "duplicate_window"]
     changed.retention = api.RetentionPolicy.LIMITS
     assert "retention" in mapping.drift(changed, want, mapping.STREAM_FIELDS)

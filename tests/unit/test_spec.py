@@ -3,7 +3,7 @@
 import pytest
 
 from enclave_queue.errors import SpecError
-from enclave_queue.spec import LIMITS, QueuePatch, QueueSpec, parse_patch, parse_spec
+from enclave_queue.spec import LIMITS, QueuePatch, QueueSpec, check_dedupe_key, parse_patch, parse_spec
 
 
 def test_defaults_match_the_settings_reference():
@@ -12,6 +12,51 @@ def test_defaults_match_the_settings_reference():
     assert spec.dead_letter_queue is None
     assert (spec.max_message_bytes, spec.max_receives, spec.retention_hours, spec.visibility_timeout_seconds) == (
         262144, 0, 96, 30)
+    assert (spec.max_messages, spec.dedupe_window_seconds) == (0, 3600)  # no limit; the window before it was a setting
+
+
+def test_the_dedupe_window_may_not_exceed_the_retention_naming_both_fields():
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "emails", "retention_hours": 1, "dedupe_window_seconds": 3601})
+    assert str(caught.value) == ("dedupe_window_seconds (3601) must not exceed retention_hours (1 h = 3600 s): "
+                                 "a key cannot outlive the messages it guards.")
+    assert caught.value.errors[0]["field"] == "dedupe_window_seconds"
+    at_most = parse_spec({"name": "emails", "retention_hours": 1, "dedupe_window_seconds": 3600})
+    assert at_most.dedupe_window_seconds == 3600
+    assert parse_spec({"name": "emails", "retention_hours": 24, "dedupe_window_seconds": 86400}).retention_hours == 24
+
+
+def test_lowering_the_retention_below_the_dedupe_window_is_refused():
+    spec = QueueSpec(name="emails", retention_hours=24, dedupe_window_seconds=86400)
+    with pytest.raises(SpecError, match=r"^dedupe_window_seconds \(86400\) must not exceed retention_hours \(23 h"):
+        parse_patch({"retention_hours": 23}).apply(spec)
+    both = parse_patch({"retention_hours": 2, "dedupe_window_seconds": 60}).apply(spec)
+    assert (both.retention_hours, both.dedupe_window_seconds) == (2, 60)
+
+
+def test_capacity_and_dedupe_window_change_in_place():
+    changed = parse_patch({"max_messages": 10, "dedupe_window_seconds": 2}).apply(QueueSpec(name="emails"))
+    assert (changed.max_messages, changed.dedupe_window_seconds) == (10, 2)
+    assert {"max_messages", "dedupe_window_seconds"} <= set(changed.settings())
+    with pytest.raises(SpecError, match=r"^max_messages cannot be null; it must be an integer from 0 to 10000000\.$"):
+        parse_patch({"max_messages": None}).apply(changed)
+
+
+@pytest.mark.parametrize("key", ["k", "order-42", "x" * 128, "ünïcödé 🙂", "a b"])
+def test_good_dedupe_keys_are_accepted(key):
+    assert check_dedupe_key(key) == key
+
+
+@pytest.mark.parametrize(("key", "got"), [
+    ("x" * 129, "129 characters"), ("", "''"), ("a\r\nNats-Expected-Stream: X", "'a\\r\\nNats-Expected-Stream: X'"),
+    ("tab\there", "'tab\\there'"), (42, "42"),
+])
+def test_bad_dedupe_keys_are_refused_with_the_rule(key, got):
+    with pytest.raises(SpecError) as caught:
+        check_dedupe_key(key)
+    assert str(caught.value) == f"dedupe_key must be a text of 1 to 128 printable characters (got {got})."
+    assert caught.value.errors == [{"field": "dedupe_key",
+                                    "message": f"must be a text of 1 to 128 printable characters (got {got})"}]
 
 
 @pytest.mark.parametrize("field", sorted(LIMITS))

@@ -1,8 +1,10 @@
 """Messages by hand: ``/v1/projects/{project}/queues/{name}/messages``.
 
 Send: ``POST …/messages`` with ``{"body": <any JSON>}`` (a string is sent as its UTF-8 text,
-anything else as JSON) or ``{"body_base64": "…"}``. Receive: ``POST …/messages/receive`` with
-``{"max": 1–100, "wait": 0–20}``. Delete: ``DELETE …/messages/{receipt}``. Hand back:
+anything else as JSON) or ``{"body_base64": "…"}``, and optionally ``"dedupe_key"``; it answers
+``{"sequence", "duplicate"}``, or 409 "Queue full" at ``max_messages``. Receive:
+``POST …/messages/receive`` with ``{"max": 1–100, "wait": 0–20}``. Delete:
+``DELETE …/messages/{receipt}``. Hand back:
 ``POST …/messages/{receipt}/nack`` with ``{"delay": seconds}``. Peek (nothing leased):
 ``GET …/messages?limit=1–100``.
 """
@@ -28,6 +30,7 @@ class SendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     body: Any = None
     body_base64: Optional[str] = None
+    dedupe_key: Optional[str] = None  # checked by the service, with its own sentence
 
 
 class NackRequest(BaseModel):
@@ -62,7 +65,7 @@ def encode_body(request: SendRequest) -> tuple[bytes, Optional[str]]:
 @router.post("", status_code=201)
 async def send_message(project: str, name: str, body: SendRequest, request: Request) -> dict[str, Any]:
     data, content_type = encode_body(body)
-    return await request.app.state.runtime.service.send(project, name, data, content_type)
+    return await request.app.state.runtime.service.send(project, name, data, content_type, body.dedupe_key)
 
 
 @router.post("/receive")
