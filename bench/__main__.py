@@ -9,7 +9,21 @@ import time
 import traceback
 from typing import Any
 
-from . import Report, console, create, deadletters, durability, finish, memory, parse_args, provider, receive, say, send
+from . import (
+    Report,
+    console,
+    create,
+    deadletters,
+    durability,
+    finish,
+    memory,
+    parse_args,
+    provider,
+    putmany,
+    receive,
+    say,
+    send,
+)
 
 
 def run_all(quick: bool) -> tuple[list[Report], list[str]]:
@@ -18,6 +32,7 @@ def run_all(quick: bool) -> tuple[list[Report], list[str]]:
     samples: dict[str, Any] = {}
     steps = [
         ("send", lambda: send.run(quick)),
+        ("putmany", lambda: putmany.run(quick)),
         ("receive", lambda: receive.run(quick)),
         ("durability", lambda: durability.run(quick)),
         ("deadletters", lambda: deadletters.run(quick)),

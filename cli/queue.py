@@ -223,3 +223,33 @@ def delete_message(
     with api() as client:
         client.delete_message(project_of(project), name, receipt)
     err.print("Message deleted.")
+
+
+PEEK_COLUMNS = {"sequence": "SEQ", "sent_at": "SENT", "content_type": "TYPE", "body": "BODY"}
+
+
+@app.command()
+def peek(
+    name: Name, project: Project = None, json: Json = False,
+    limit: Annotated[int, typer.Option("--limit", help="Most messages to show (1–100).")] = 10,
+) -> None:
+    """Show the oldest messages, waiting or in flight, without receiving them (nothing is leased)."""
+    with api() as client:
+        messages = client.peek(project_of(project), name, limit)
+    if json:
+        print_json({"messages": messages})
+        return
+    rows = [{**m, "body": (m["body"] if m["body"] is not None else "(binary)")[:60]} for m in messages]
+    show_list(rows, PEEK_COLUMNS, empty=f"No messages in '{name}'.")
+
+
+@app.command("len")
+def len_(name: Name, project: Project = None, json: Json = False) -> None:
+    """Count the messages waiting to be received (delayed ones included, in-flight ones not)."""
+    with api() as client:
+        stats = client.stats(project_of(project), name)
+    if json:
+        print_json(stats)
+        return
+    out.print(f"Waiting in '{name}': {stats['waiting'] + stats['delayed']} ({stats['delayed']} delayed). "
+              f"In flight: {stats['in_flight']}.")

@@ -1,10 +1,12 @@
 """A received message and how bodies travel: ``Message`` (its verbs are explained in
-queue.py), the body codec, and the retry-delay arithmetic for nacks."""
+queue.py), ``PeekedMessage`` (one read by ``Queue.peek``, not leased), the body codec, and the
+retry-delay arithmetic for nacks."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -55,6 +57,41 @@ def decode(data: bytes, content_type: Optional[str]) -> Any:
     if content_type and content_type.startswith("text/"):
         return data.decode()
     return data
+
+
+#: headers a direct get adds to a stored message (not the sender's)
+DIRECT_GET_HEADERS = frozenset({"Nats-Stream", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Subject",
+                                "Nats-Num-Pending", "Nats-Last-Sequence"})
+
+
+@dataclass(frozen=True)
+class PeekedMessage:
+    """A message read by ``Queue.peek`` without leasing it: nothing to delete or nack, no receive
+    counted. ``id`` is its sequence, the same number ``send`` returned and a receive will show."""
+
+    sequence: int
+    data: bytes
+    headers: dict[str, str]  #: the sender's headers
+    enqueued_at: datetime  #: when the broker stored it (UTC)
+
+    @property
+    def id(self) -> int:
+        return self.sequence
+
+    @property
+    def body(self) -> Any:
+        """The body decoded as it was sent: JSON value, text, or bytes."""
+        return decode(self.data, self.headers.get("Content-Type"))
+
+    @classmethod
+    def from_direct_get(cls, msg: Msg) -> PeekedMessage:
+        headers = dict(msg.headers or {})
+        return cls(
+            sequence=int(headers["Nats-Sequence"]),
+            data=msg.data or b"",
+            headers={k: v for k, v in headers.items() if k not in DIRECT_GET_HEADERS},
+            enqueued_at=datetime.fromisoformat(headers["Nats-Time-Stamp"]).astimezone(UTC),
+        )
 
 
 class Message:

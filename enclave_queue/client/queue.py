@@ -7,6 +7,11 @@ What each verb does on the broker (JetStream):
   ``send(body, dedupe_key=…)`` sets ``Nats-Msg-Id``: within the queue's ``dedupe_window_seconds``
   the broker stores a repeated key once and answers with the first message's sequence. A queue
   holding ``max_messages`` refuses new messages (``discard: new``): ``QueueFull``, not retried.
+- ``put_many`` stores 1–100 messages all or none: one JetStream atomic batch (``Nats-Batch-Id``,
+  ``Nats-Batch-Sequence``, ``Nats-Batch-Commit: 1`` on the last; stream ``allow_atomic``). The
+  broker stores nothing until the commit, and nothing at all if it refused any message of it.
+- ``len`` and ``peek`` only read: ``STREAM.INFO`` / ``CONSUMER.INFO`` and ``DIRECT.GET`` of the
+  queue's own stream. Nothing is leased and no receive is counted.
 - ``receive`` pulls from the queue's durable consumer. A received message is *leased*: hidden
   from other receivers for the visibility timeout (``ack_wait``). If it is not deleted in time
   it comes back, with ``receive_count`` one higher.
@@ -46,14 +51,24 @@ from nats.aio.msg import Msg
 from nats.nuid import NUID
 
 from ..auth.users import ERRORS_SUBJECT, REJECT_SUBJECT
-from ..errors import BrokerUnavailable, EnclaveError, MessageTooLarge, PermissionDenied, QueueFull, Unauthorized
+from ..errors import (
+    BrokerUnavailable,
+    EnclaveError,
+    MessageTooLarge,
+    PermissionDenied,
+    QueueFull,
+    SpecError,
+    Unauthorized,
+)
 from ..spec import HEADER_ROOM, check_dedupe_key
 from .credentials import Credentials
-from .message import Message, encode, scheduled_delay
+from .message import Message, PeekedMessage, encode, scheduled_delay
 
 DEFAULT_TIMEOUT = 5.0  #: seconds to wait for the broker to confirm an operation
 SEND_WINDOW = 5000  #: unconfirmed publishes ``send_batch`` keeps in flight
 MAX_BATCH = 1000  #: messages one pull may ask for
+MAX_PUT_MANY = 100  #: messages one put_many stores all or none
+MAX_PEEK = 100  #: messages one peek may return
 MAX_ERROR_BYTES = 1024  #: an error note is cut to this size
 RETRY_WINDOW = 3.0  #: seconds to keep asking a request nobody answered (a reload)
 SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are cached
@@ -61,6 +76,8 @@ SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are ca
 _STATUS = "Status"
 QUEUE_FULL = 10077  #: err_code of a publish to a stream at max_msgs with discard new (2.15.1)
 TOO_LARGE = 10054  #: err_code of a publish over max_msg_size
+ATOMIC_DISABLED = 10174  #: err_code of a batch message to a stream without allow_atomic
+BATCH_INCOMPLETE = 10176  #: err_code of a batch's commit after the broker refused one of its messages
 
 
 class _Pull:
@@ -325,17 +342,154 @@ class Queue:
             while acked < sent:
                 await wait_for_room()
         finally:
-            self._waiting.pop(token, None)
-            if broken.done():
-                broken.exception()  # retrieved, so asyncio does not warn about it
-            else:
-                broken.cancel()
+            self._stop_waiting(token, broken)
             await sub.unsubscribe()
         if errors:
             first = errors[0]
             raise type(first)(f"{stored} of {stored + len(errors) + sent - acked} messages were sent; "
                               f"the first failure: {first}")
         return stored
+
+    async def put_many(self, bodies: Iterable[Any], *, timeout: float = DEFAULT_TIMEOUT) -> list[int]:
+        """Store 1 to 100 messages all or none, as one atomic batch; returns their sequences (ids)
+        in order once the broker has stored every one. Each body is encoded as ``send`` does and
+        must fit the queue's ``max_message_bytes``: an oversize one is refused before anything is
+        published (``MessageTooLarge`` naming it), and whatever the broker refuses fails the whole
+        batch. Raises ``SpecError`` for no bodies or more than 100, ``QueueFull`` when the batch
+        does not fit under ``max_messages`` (nothing stored then either)."""
+        self._check_open()
+        encoded = [encode(body) for body in bodies]
+        if not 1 <= len(encoded) <= MAX_PUT_MANY:
+            message = f"must hold 1 to {MAX_PUT_MANY} bodies (got {len(encoded)})"
+            raise SpecError(f"put_many: bodies {message}.", errors=[{"field": "bodies", "message": message}])
+        limit = await self.max_message_bytes()
+        for index, (data, _) in enumerate(encoded):
+            if len(data) > limit:
+                raise MessageTooLarge(f"bodies[{index}] is {len(data)} bytes; the queue accepts at most {limit} "
+                                      "(max_message_bytes). Nothing was put.")
+        loop = asyncio.get_running_loop()
+        token = f"a{next(self._ids)}"
+        inbox = f"{self._mux}.atomic.{token}"  # .<n> per message: outside the reply wildcard's reach
+        broken: asyncio.Future[Msg] = loop.create_future()  # failed by a permission denial or close
+        self._waiting[token] = broken
+        committed: asyncio.Future[None] = loop.create_future()
+        replies: dict[int, Msg] = {}  #: the non-empty answers by batch position (1-based)
+        last = len(encoded)
+
+        async def on_reply(msg: Msg) -> None:
+            position = int(msg.subject.rsplit(".", 1)[1])
+            if msg.data or msg.headers:  # an empty answer: the message joined the batch
+                replies[position] = msg
+            if position == last and not committed.done():
+                committed.set_result(None)
+
+        batch_id = NUID().next().decode()
+        sub = await self._nc.subscribe(f"{inbox}.*", cb=on_reply)
+        try:
+            for position, (data, content) in enumerate(encoded, 1):
+                headers = {**(content or {}), "Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(position)}
+                if position == last:
+                    headers["Nats-Batch-Commit"] = "1"
+                await self._nc.publish(self.subject, data, reply=f"{inbox}.{position}", headers=headers)
+            done, _ = await asyncio.wait({committed, broken}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if broken in done:
+                broken.result()  # raises PermissionDenied, Unauthorized or "Client is closed."
+            if not done:
+                raise BrokerUnavailable(f"The broker did not confirm the batch of {last} within {timeout:g} s; "
+                                        "it stores all of it or nothing.")
+        finally:
+            self._stop_waiting(token, broken)
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+        return self._batch_outcome(replies, last)
+
+    def _batch_outcome(self, replies: dict[int, Msg], last: int) -> list[int]:
+        """The sequences of a committed batch, or the error of its first refused message."""
+        for position in sorted(replies):
+            try:
+                sequence = self._check_ack(replies[position])
+            except EnclaveError as exc:
+                code = _err_code(replies[position])
+                if code == ATOMIC_DISABLED:
+                    raise EnclaveError(f"The queue on '{self.subject}' does not take atomic batches yet "
+                                       "(its stream lacks allow_atomic until the controller updates it); "
+                                       "nothing was put.") from None
+                if code == BATCH_INCOMPLETE:
+                    raise EnclaveError(f"The broker refused the batch of {last}: {exc} Nothing was put.") from None
+                if code == QUEUE_FULL:
+                    raise QueueFull(f"The queue on '{self.subject}' has no room for {last} more messages "
+                                    "(max_messages); none was put.") from None
+                where = f"bodies[{position - 1}] was refused: " if position < last else ""
+                raise type(exc)(f"{where}{exc.message.rstrip('.')}; none of the {last} messages was put.") from None
+            if position == last:
+                count = int(json.loads(replies[position].data).get("count", 0))
+                if count != last:
+                    raise EnclaveError(f"The broker stored a batch of {count}, not {last}.")
+                return list(range(sequence - count + 1, sequence + 1))
+        raise EnclaveError(f"The broker sent no acknowledgement for the batch of {last}.")
+
+    # -- looking without taking -------------------------------------------------------------------
+
+    async def _info(self, verb: str) -> dict[str, Any]:
+        reply = await self._request(f"$JS.API.{verb}", b"")
+        if reply.headers and reply.headers.get(_STATUS) == "503":
+            raise BrokerUnavailable(f"The broker did not answer {verb.split('.')[0]} info; try again.")
+        answer = json.loads(reply.data)
+        if "error" in answer:
+            raise EnclaveError(f"The broker refused {verb}: {answer['error'].get('description')}.")
+        return answer
+
+    async def len(self) -> int:
+        """Messages waiting to be received, delayed ones included: everything stored that is not
+        in flight (the stream's messages minus the consumer's ``num_ack_pending``). Two reads,
+        not one snapshot: under concurrent sends and receives it is an estimate."""
+        stream, consumer = await asyncio.gather(
+            self._info(f"STREAM.INFO.{self.credentials.stream}"),
+            self._info(f"CONSUMER.INFO.{self.credentials.stream}.{self.credentials.consumer}"))
+        return max(int(stream["state"]["messages"]) - int(consumer["num_ack_pending"]), 0)
+
+    async def peek(self, limit: int = 10, *, timeout: float = DEFAULT_TIMEOUT) -> list[PeekedMessage]:
+        """The oldest ``limit`` (1–100) messages, waiting or in flight, oldest first, read by
+        direct get: nothing is leased and no receive is counted. Raises ``SpecError`` for a
+        ``limit`` out of range."""
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_PEEK:
+            message = f"must be an integer from 1 to {MAX_PEEK} (got {limit!r})"
+            raise SpecError(f"limit {message}.", errors=[{"field": "limit", "message": message}])
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        token = f"g{next(self._ids)}"
+        inbox = f"{self._mux}.peek.{token}"
+        request = json.dumps({"seq": 1, "next_by_subj": self.subject, "batch": limit}).encode()
+        deadline = loop.time() + RETRY_WINDOW
+        delay = 0.01
+        while True:
+            pull = _Pull(limit, loop.create_future())  # failed by a permission denial or close
+            self._waiting[token] = pull
+
+            async def collect(msg: Msg, pull: _Pull = pull) -> None:
+                status = msg.headers.get(_STATUS) if msg.headers else None
+                if status is None:
+                    pull.messages.append(msg)
+                    return
+                pull.unanswered = status == "503"  # 204: end of batch; 404: nothing stored
+                if not pull.done.done():
+                    pull.done.set_result(None)
+
+            sub = await self._nc.subscribe(inbox, cb=collect)
+            try:
+                await self._nc.publish(f"$JS.API.DIRECT.GET.{self.credentials.stream}", request, reply=inbox)
+                await self._await(token, pull.done, timeout, "the peek")
+            finally:
+                self._waiting.pop(token, None)
+                with contextlib.suppress(nats.errors.Error):
+                    await sub.unsubscribe()
+            if not pull.unanswered or pull.messages or loop.time() + delay > deadline:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+        if pull.unanswered and not pull.messages:
+            raise BrokerUnavailable("The broker did not answer the peek (no responders); try again.")
+        return [PeekedMessage.from_direct_get(m) for m in pull.messages]
 
     # -- receiving --------------------------------------------------------------------------------
 
@@ -440,6 +594,14 @@ class Queue:
 
     # -- lifecycle --------------------------------------------------------------------------------
 
+    def _stop_waiting(self, token: Any, broken: asyncio.Future[Any]) -> None:
+        """A pipelined send is over: stop telling it about a lost connection."""
+        self._waiting.pop(token, None)
+        if broken.done():
+            broken.exception()  # retrieved, so asyncio does not warn about it
+        else:
+            broken.cancel()
+
     async def close(self) -> None:
         """Close the connection; messages still leased come back after their visibility timeout."""
         if self._closed:
@@ -533,6 +695,12 @@ async def _connect(credentials: Credentials | dict[str, Any] | None, *, name: st
     queue = Queue(nc, creds)
     await queue._start()
     return queue
+
+
+def _err_code(msg: Msg) -> Optional[int]:
+    with contextlib.suppress(ValueError, AttributeError):
+        return json.loads(msg.data).get("error", {}).get("err_code")
+    return None
 
 
 def _finish_close(nc: Any) -> None:

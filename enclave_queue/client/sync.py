@@ -11,6 +11,7 @@ from collections.abc import Coroutine, Iterable
 from typing import Any, Optional, TypeVar
 
 from .credentials import Credentials
+from .message import PeekedMessage
 from .queue import Message, Queue, connect
 
 T = TypeVar("T")
@@ -68,6 +69,15 @@ class SyncQueue:
 
     def send_batch(self, bodies: Iterable[Any], **kwargs: Any) -> int:
         return self._loop.run(self.queue.send_batch(list(bodies), **kwargs))
+
+    def put_many(self, bodies: Iterable[Any], **kwargs: Any) -> list[int]:
+        return self._loop.run(self.queue.put_many(list(bodies), **kwargs))
+
+    def len(self) -> int:
+        return self._loop.run(self.queue.len())
+
+    def peek(self, limit: int = 10) -> list[PeekedMessage]:
+        return self._loop.run(self.queue.peek(limit))
 
     def receive(self, batch: int = 1, wait: float = 5.0) -> list[SyncMessage]:
         return [SyncMessage(m, self._loop) for m in self._loop.run(self.queue.receive(batch, wait))]

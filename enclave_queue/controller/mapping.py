@@ -4,7 +4,8 @@ The stream keeps messages until a worker deletes them (WorkQueue retention), on 
 new messages rather than dropping old ones when full (``max_messages``: the broker answers a
 publish to a full stream with err_code 10077, "maximum messages exceeded"). The consumer is the
 one durable pull consumer all workers share; ``ack_wait`` is the visibility timeout and
-``max_deliver`` the number of receives allowed.
+``max_deliver`` the number of receives allowed. ``allow_atomic`` lets ``put_many`` store a batch
+all or none (``Nats-Batch-*`` headers; a stream without it answers err_code 10174).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ IMMUTABLE_STREAM = frozenset({"retention", "storage"})
 IMMUTABLE_CONSUMER = frozenset({"ack_policy", "deliver_policy"})
 
 STREAM_FIELDS = ("subjects", "retention", "storage", "discard", "max_age", "max_msg_size", "allow_direct",
-                 "max_msgs", "max_bytes", "duplicate_window")
+                 "max_msgs", "max_bytes", "duplicate_window", "allow_atomic")
 CONSUMER_FIELDS = ("ack_policy", "deliver_policy", "ack_wait", "max_deliver", "max_ack_pending", "filter_subject",
                    "backoff")
 
@@ -44,6 +45,7 @@ def stream_config(queue_id: str, spec: QueueSpec) -> api.StreamConfig:
         max_msgs=spec.max_messages or -1,  # with discard new: a full queue refuses (err_code 10077)
         max_bytes=-1,
         allow_direct=True,
+        allow_atomic=True,  # put_many: atomic batch publish (nats-server 2.12+); an older stream gets it as drift
         duplicate_window=float(spec.dedupe_window_seconds),
         num_replicas=1,
     )

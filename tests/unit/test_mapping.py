@@ -23,6 +23,7 @@ def test_stream_config(spec, max_age, max_msg_size):
     assert config.storage == api.StorageType.FILE
     assert config.discard == api.DiscardPolicy.NEW
     assert config.allow_direct is True
+    assert config.allow_atomic is True  # put_many's all-or-none batches
     assert config.max_age == max_age
     assert config.max_msg_size == max_msg_size + HEADER_ROOM  # the body's limit, plus room for headers
 
@@ -68,5 +69,8 @@ def test_drift_names_the_fields_that_differ():
     assert mapping.drift(changed, want, mapping.STREAM_FIELDS) == ["max_age", "max_msg_size"]
     resized = mapping.stream_config("qabc", QueueSpec(name="emails", max_messages=5, dedupe_window_seconds=60))
     assert mapping.drift(resized, want, mapping.STREAM_FIELDS) == ["max_msgs", "duplicate_window"]
+    older = mapping.stream_config("qabc", QueueSpec(name="emails"))
+    older.allow_atomic = None  # a stream made before put_many: the broker leaves the field out
+    assert mapping.drift(older, want, mapping.STREAM_FIELDS) == ["allow_atomic"]
     changed.retention = api.RetentionPolicy.LIMITS
     assert "retention" in mapping.drift(changed, want, mapping.STREAM_FIELDS)
