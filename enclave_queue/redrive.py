@@ -26,7 +26,7 @@ from nats.aio.msg import Msg
 
 from .auth.users import stream_name
 from .broker.config import jsapi_prefix, send_subject
-from .broker.connection import delete_message, retry_unavailable
+from .broker.connection import RETRY_WINDOW, delete_message, retry_unavailable
 from .controller.deadletters import (
     DEAD_LETTERED_AT,
     FIRST_ENQUEUED,
@@ -133,12 +133,23 @@ class DeadLetterOps:
     # -- reading --------------------------------------------------------------------------------
 
     async def read(self, record: QueueRecord, after: int, limit: int) -> list[Letter]:
-        """Up to ``limit`` letters with a sequence above ``after``, oldest first."""
+        """Up to ``limit`` letters with a sequence above ``after``, oldest first. A read that finds
+        no responders (the broker reloading its configuration) is tried again, not taken for an
+        empty queue."""
+        deadline = time.monotonic() + RETRY_WINDOW
+        while True:
+            letters, status = await self._read_once(record, after, limit)
+            if status != "503" or letters or time.monotonic() > deadline:
+                return letters
+            await asyncio.sleep(0.05)
+
+    async def _read_once(self, record: QueueRecord, after: int, limit: int) -> tuple[list[Letter], Optional[str]]:
+        """One batched direct get: the letters and the status that ended the batch."""
         subject = subject_for(record.spec.project, record.spec.name)
         request = json.dumps({"seq": after + 1, "next_by_subj": subject, "batch": limit}).encode()
         inbox = self.conn.control.new_inbox()
         letters: list[Letter] = []
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[Optional[str]] = asyncio.get_running_loop().create_future()
 
         async def collect(msg: Msg) -> None:
             status = (msg.headers or {}).get("Status")
@@ -147,19 +158,19 @@ class DeadLetterOps:
                 letters.append(Letter(int(headers["Nats-Sequence"]), msg.data or b"", headers,
                                       headers.get("Nats-Time-Stamp")))
                 return
-            if not done.done():  # 204: end of batch; 404: nothing (more); 408 and others: stop
-                done.set_result(None)
+            if not done.done():  # 204: end of batch; 404: nothing (more); 503: no responders; others: stop
+                done.set_result(status)
 
         sub = await self.conn.control.subscribe(inbox, cb=collect)
         try:
             await self.conn.control.publish(f"{jsapi_prefix(record.id)}.DIRECT.GET.{stream_name(record.id)}",
                                             request, reply=inbox)
-            await asyncio.wait_for(done, 10)
+            status = await asyncio.wait_for(done, 10)
         except TimeoutError:
             raise BrokerUnavailable(f"Reading the dead letters of queue '{record.spec.name}' timed out.") from None
         finally:
             await sub.unsubscribe()
-        return letters
+        return letters, status
 
     async def list(self, project: str, name: str, limit: int = 50, after: int = 0) -> dict[str, Any]:
         """A page of a queue's letters (its messages, read without leasing them)."""

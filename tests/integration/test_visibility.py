@@ -29,12 +29,12 @@ async def test_a_deleted_message_never_comes_back(stack, unique_name):
 
 
 async def test_extend_keeps_a_message_hidden_and_nack_hands_it_back(stack, unique_name):
-    creds = make_queue(stack, unique_name, visibility_timeout_seconds=1)
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=2)
     async with connect(creds) as queue:
         await queue.send(b"\x00binary")
         (message,) = await queue.receive(wait=2)
-        for _ in range(3):
-            await asyncio.sleep(0.6)
+        for _ in range(3):  # 3 s in all, past the 2 s timeout; each extend comes 1 s before its lease ends
+            await asyncio.sleep(1.0)
             await message.extend()
         assert await queue.receive(wait=0.3) == []
         await message.nack()
