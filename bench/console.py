@@ -15,7 +15,6 @@ Medians of N repetitions after a warm-up. The browser is started once (not timed
 
 from __future__ import annotations
 
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -23,12 +22,12 @@ from typing import Any
 import httpx
 from playwright.sync_api import sync_playwright
 
+from enclave_queue.testing import CHROMIUM_ARGS, chromium_path
+
 from . import PROJECT, Report, enclave_stack, main, median, new_queue, percentile, quiet, say, wait_ready
 
 NAME = "console"
 QUEUES = 100
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 
 
 #: in the page, timed by the browser's clock: submit the send form as a click would, wait for the
@@ -76,9 +75,7 @@ def timed(call: Any, repeat: int) -> list[float]:
 def run(quick: bool) -> list[Report]:
     report = Report(NAME, quick)
     repeat = 5 if quick else 25
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        raise RuntimeError("bench.console needs Debian's chromium (make test installs it).")
+    chromium = chromium_path()
     report.info.update({"queues": QUEUES, "repeat": repeat, "browser": chromium})
     with enclave_stack() as stack:
         say(f"creating {QUEUES} queues")

@@ -26,6 +26,8 @@ from .auth.users import CONSUMER, stream_name
 from .broker.config import jsapi_prefix
 from .broker.connection import REQUEST_TIMEOUT, BrokerConnection, retry_unavailable
 from .errors import BrokerUnavailable
+from .spec import queue_key
+from .state.records import QueueRecord
 
 PARALLEL = 32  #: queues read at the same time
 
@@ -99,3 +101,9 @@ async def read_depths(conn: BrokerConnection, queues: list[tuple[str, Optional[s
             return await read_depth(conn, queue_id, dead_letter_id)
 
     return list(await asyncio.gather(*(one(q, d) for q, d in queues), return_exceptions=True))
+
+def depth_reads(records: list[QueueRecord]) -> list[tuple[str, Optional[str]]]:
+    """``read_depths``' arguments: each queue's id and its dead-letter queue's id (if it is live)."""
+    ids = {record.key: record.id for record in records}
+    return [(r.id, ids.get(queue_key(r.spec.project, r.spec.dead_letter_queue)) if r.spec.dead_letter_queue
+             else None) for r in records]

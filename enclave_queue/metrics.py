@@ -33,8 +33,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from .broker.connection import BrokerConnection
 from .controller.accounts import Accounts
 from .controller.naks import NakCounter
-from .controller.sampler import depth_reads, live_queues
-from .depth import Depth, read_depths
+from .controller.sampler import live_queues
+from .depth import Depth, depth_reads, read_depths
 from .state.kv import Store
 from .state.records import QueueCounters
 

@@ -26,7 +26,7 @@ from .client.message import nak_delay
 from .client.queue import QUEUE_FULL, TOO_LARGE
 from .controller.accounts import Accounts
 from .controller.sampler import read_samples
-from .depth import Depth, read_depth, read_depths
+from .depth import Depth, depth_reads, read_depth, read_depths
 from .errors import BrokerUnavailable, Conflict, EnclaveError, MessageTooLarge, NotFound, QueueFull, SpecError
 from .redrive import DeadLetterOps
 from .spec import (
@@ -174,14 +174,13 @@ class QueueService:
         """The queue's state and conditions. A spec the reconciler has not applied yet reads as
         ``Reconciling``, whatever the last outcome was."""
         record, _ = await self._get(project, name)
-        found = await self.store.status.get(record.key)
+        found, counts = await asyncio.gather(self.store.status.get(record.key), self.store.counts(record.key))
         status = found[0] if found else QueueStatus.initial()
         state, message = status.state, status.message
         if record.deleting and state != "Deleting":
             state, message = "Deleting", "Waiting for the controller to delete the queue."
         elif not record.deleting and status.observed_generation < record.generation:
             state, message = "Reconciling", f"Waiting for the controller to apply generation {record.generation}."
-        counts = await self.store.counts(record.key)
         return {
             "state": state,
             "message": message,
@@ -228,8 +227,7 @@ class QueueService:
         """Every queue of a project with its depth (None where it could not be read: not ready)."""
         records = [r for _, r, _ in sorted(await self.store.queues.items(f"{project}.*"), key=lambda i: i[0])
                    if not r.deleting]
-        ids = {r.spec.name: r.id for r in records}
-        found = await read_depths(self.conn, [(r.id, ids.get(r.spec.dead_letter_queue or "")) for r in records])
+        found = await read_depths(self.conn, depth_reads(records))
         return [(self.view(r), d if isinstance(d, Depth) else None) for r, d in zip(records, found, strict=True)]
 
     async def overview(self, project: str) -> list[dict[str, Any]]:

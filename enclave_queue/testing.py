@@ -29,6 +29,9 @@ from typing import Any, Optional
 import pytest
 
 START_TIMEOUT = 30.0  #: seconds for a stack to become healthy
+#: headless Chromium flags for a closed network and no sandbox privileges (tests run as root)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 STOP_TIMEOUT = 15.0  #: seconds between SIGTERM and SIGKILL
 
 
@@ -38,6 +41,17 @@ def _wait_gone(proc: subprocess.Popen[bytes], timeout: float) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
+
+
+def chromium_path() -> str:
+    """Debian's Chromium (``make test`` installs it), or the binary ``ENCLAVE_CHROMIUM`` names."""
+    import shutil
+
+    found = os.environ.get("ENCLAVE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        raise RuntimeError("Chromium is needed: `make test` installs Debian's chromium with apt-get, "
+                           "or set ENCLAVE_CHROMIUM to a Chromium binary.")
+    return found
 
 
 @dataclass

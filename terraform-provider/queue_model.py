@@ -23,6 +23,7 @@ from enclave_queue.spec import (
     BACKOFF_RULE,
     LIMITS,
     MAX_BACKOFF_STEPS,
+    MUTABLE,
     NAME_RULE,
     PROJECT_RULE,
     ProjectName,
@@ -34,8 +35,7 @@ NAME = re.compile(get_args(QueueName)[1].pattern)
 PROJECT = re.compile(get_args(ProjectName)[1].pattern)
 STEP_LIMITS = LIMITS["visibility_timeout_seconds"]  #: each retry_backoff_seconds entry: seconds
 
-#: settings that change in place (name and project replace the queue)
-MUTABLE = ("dead_letter_queue", *LIMITS, "retry_backoff_seconds")
+#: settings that change in place (spec.MUTABLE); name and project replace the queue
 ARGUMENTS = ("name", "project", *MUTABLE)
 REPLACES = ("name", "project")
 #: outputs fixed for the life of a queue: they derive from its id, name and project

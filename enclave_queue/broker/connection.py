@@ -74,6 +74,17 @@ async def retry_unavailable(call: Callable[[], Awaitable[T]], window: float = RE
             delay = min(delay * 2, 0.25)
 
 
+async def ensure_stream(js: JetStreamContext, config: Any) -> None:
+    """Create a stream of the control plane's own (advisories, error notes, samples), or bring an
+    existing one to ``config`` (an ``api.StreamConfig``)."""
+    try:
+        await retry_unavailable(lambda: js.stream_info(config.name))
+    except nats.js.errors.NotFoundError:
+        await retry_unavailable(lambda: js.add_stream(config))
+    else:
+        await retry_unavailable(lambda: js.update_stream(config))
+
+
 async def _connect(url: str, nkey: NKey, name: str) -> Client:
     async def on_error(exc: Exception) -> None:
         log.debug("%s connection: %s", name, exc)

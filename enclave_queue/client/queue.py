@@ -346,7 +346,7 @@ class Queue:
             await sub.unsubscribe()
         if errors:
             first = errors[0]
-            raise type(first)(f"{stored} of {stored + len(errors) + sent - acked} messages were sent; "
+            raise type(first)(f"{stored} of {stored + len(errors)} messages were sent; "
                               f"the first failure: {first}")
         return stored
 

@@ -245,9 +245,11 @@ async def queue_context(request: Request, session: Session, project: str, name: 
                         **extra: Any) -> dict[str, Any]:
     context = await frame(request, session, project, tab=tab, **extra)
     svc = service(request)
-    context["queue"] = await svc.get(project, name)
-    context["status"] = await svc.status(project, name)
-    context["queues"] = [q.name for q in await svc.list(project) if q.name != name]
+    queues, context["status"] = await asyncio.gather(svc.list(project), svc.status(project, name))
+    found = [q for q in queues if q.name == name]
+    # not listed: being deleted, and get() raises the service's own NotFound
+    context["queue"] = found[0] if found else await svc.get(project, name)
+    context["queues"] = [q.name for q in queues if q.name != name]
     context.setdefault("values", {})
     context.setdefault("errors", {})
     context.setdefault("detail", None)

@@ -44,7 +44,7 @@ from nats.js import api
 
 from ..auth.users import CONSUMER, stream_name
 from ..broker.config import advisory_subject, errors_subject, jsapi_prefix, send_subject
-from ..broker.connection import BrokerConnection, delete_message, retry_unavailable
+from ..broker.connection import BrokerConnection, delete_message, ensure_stream, retry_unavailable
 from ..errors import EnclaveError
 from ..spec import queue_key, subject_for
 from ..state.kv import Store
@@ -118,12 +118,12 @@ class DeadLetters:
 
     async def start(self) -> None:
         js = self.conn.js
-        await _ensure_stream(js, api.StreamConfig(
+        await ensure_stream(js, api.StreamConfig(
             name=ADVISORY_STREAM, subjects=ADVISORY_SUBJECTS, retention=api.RetentionPolicy.LIMITS,
             storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=64 * 1024 * 1024,
             discard=api.DiscardPolicy.OLD, num_replicas=1,
         ))
-        await _ensure_stream(js, api.StreamConfig(
+        await ensure_stream(js, api.StreamConfig(
             name=ERRORS_STREAM, subjects=["errors.*.*"], retention=api.RetentionPolicy.LIMITS,
             storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=256 * 1024 * 1024,
             max_msgs_per_subject=1, max_msg_size=4096, discard=api.DiscardPolicy.OLD, allow_direct=True,
@@ -349,12 +349,3 @@ class DeadLetters:
         self._locks.pop(queue_id, None)
         with contextlib.suppress(nats.js.errors.NotFoundError, nats.errors.Error):
             await self.conn.js.purge_stream(ERRORS_STREAM, subject=f"errors.{queue_id}.*")
-
-
-async def _ensure_stream(js: Any, config: api.StreamConfig) -> None:
-    try:
-        await retry_unavailable(lambda: js.stream_info(config.name))
-    except nats.js.errors.NotFoundError:
-        await retry_unavailable(lambda: js.add_stream(config))
-    else:
-        await retry_unavailable(lambda: js.update_stream(config))

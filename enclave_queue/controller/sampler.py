@@ -29,10 +29,9 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
-from ..broker.connection import BrokerConnection, retry_unavailable
-from ..depth import Depth, read_depths
+from ..broker.connection import BrokerConnection, ensure_stream
+from ..depth import Depth, depth_reads, read_depths
 from ..errors import BrokerUnavailable, EnclaveError
-from ..spec import queue_key
 from ..state.kv import Store
 from ..state.records import QueueRecord
 from .accounts import Accounts
@@ -55,12 +54,6 @@ async def live_queues(store: Store, accounts: Accounts) -> list[QueueRecord]:
     return [record for _, record, _ in sorted(await store.queues.items(), key=lambda item: item[0])
             if not record.deleting and record.id in accounts.applied]
 
-
-def depth_reads(records: list[QueueRecord]) -> list[tuple[str, Optional[str]]]:
-    """``read_depths``' arguments: each queue's id and its dead-letter queue's id (if it is live)."""
-    ids = {record.key: record.id for record in records}
-    return [(r.id, ids.get(queue_key(r.spec.project, r.spec.dead_letter_queue)) if r.spec.dead_letter_queue
-             else None) for r in records]
 
 
 def samples_subject(queue_id: str) -> str:
@@ -106,13 +99,7 @@ class Sampler:
             storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=MAX_BYTES,
             discard=api.DiscardPolicy.OLD, allow_direct=True, num_replicas=1,
         )
-        js = self.conn.js
-        try:
-            await retry_unavailable(lambda: js.stream_info(SAMPLES_STREAM))
-        except nats.js.errors.NotFoundError:
-            await retry_unavailable(lambda: js.add_stream(config))
-        else:
-            await retry_unavailable(lambda: js.update_stream(config))
+        await ensure_stream(self.conn.js, config)
         self._task = asyncio.create_task(self._rounds(), name="depth-sampler")
 
     async def stop(self) -> None:

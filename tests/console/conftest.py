@@ -4,31 +4,16 @@ one already signed in. Screenshots land in tests/artifacts/console/."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 
-from enclave_queue.testing import EnclaveStack
+from enclave_queue.testing import CHROMIUM_ARGS, EnclaveStack, chromium_path
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "console"
 TIMEOUT_MS = 10_000
-#: flags for a closed network and no sandbox privileges (the machine runs tests as root)
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-
-
-def chromium_path() -> str:
-    found = os.environ.get("ENCLAVE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        raise RuntimeError("The console tests need Chromium: `make test` installs Debian's chromium with apt-get, "
-                           "or set ENCLAVE_CHROMIUM to a Chromium binary.")
-    return found
-
-
 @pytest.fixture
 def no_leaked_tasks() -> None:
     """These tests are synchronous: Playwright's sync API runs its own event loop in this thread,
