@@ -22,7 +22,7 @@ from .auth.secrets import MasterKey, SealError
 from .auth.users import CONSUMER, inbox_prefix, stream_name, username
 from .broker.config import send_subject
 from .broker.connection import UNAVAILABLE, BrokerConnection, retry_unavailable
-from .client.message import nak_delay
+from .client.message import nak_payload
 from .client.queue import QUEUE_FULL, TOO_LARGE
 from .controller.accounts import Accounts
 from .controller.sampler import read_samples
@@ -421,8 +421,5 @@ class QueueService:
             raise SpecError(f"delay {message}.", errors=[{"field": "delay", "message": message}])
         record = await self.live(project, name)
         sealed = self._unseal_receipt(record, receipt)
-        payload = b"-NAK"
-        if delay > 0:
-            wanted = nak_delay(delay, sealed.get("n", 1), list(record.spec.retry_backoff_seconds or []))
-            payload += b" " + json.dumps({"delay": int(max(wanted, 0.001) * 1e9)}).encode()
+        payload = nak_payload(delay, sealed.get("n", 1), list(record.spec.retry_backoff_seconds or []))
         await self._settle(record, sealed["r"], payload, "nack")

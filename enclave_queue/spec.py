@@ -82,6 +82,14 @@ def check_dedupe_key(key: Any) -> str:
                     errors=[{"field": "dedupe_key", "message": f"must be {DEDUPE_KEY_RULE} (got {got})"}])
 
 
+def scheduled_delay(receive_count: int, backoff: list[float]) -> float:
+    """A retry schedule's delay after a message's ``receive_count``-th receive (the last entry
+    repeats); 0 without a schedule. The server (leases by hand) and the SDK (nack) both use it."""
+    if not backoff:
+        return 0.0
+    return float(backoff[min(max(receive_count, 1), len(backoff)) - 1])
+
+
 def rule(field: str) -> str:
     """The rule a field's value must follow, as a phrase ('an integer from 1 to 336')."""
     if field in REQUEST_RULES:
@@ -138,10 +146,7 @@ class QueueSpec(BaseModel):
 
     def retry_delay(self, receive_count: int) -> float:
         """Seconds before retrying a message after its ``receive_count``-th receive (0: at once)."""
-        backoff = self.retry_backoff_seconds
-        if not backoff:
-            return 0.0
-        return float(backoff[min(max(receive_count, 1), len(backoff)) - 1])
+        return scheduled_delay(receive_count, list(self.retry_backoff_seconds or ()))
 
     @property
     def key(self) -> str:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from nats.aio.msg import Msg
 
 from ..errors import EnclaveError
+from ..spec import scheduled_delay
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -30,14 +31,6 @@ def encode(body: Any) -> tuple[bytes, Optional[dict[str, str]]]:
     return json.dumps(body, separators=(",", ":")).encode(), {"Content-Type": JSON}
 
 
-def scheduled_delay(receive_count: int, backoff: list[float]) -> float:
-    """The queue's retry schedule for a message after its ``receive_count``-th receive (the last
-    entry repeats); 0 without a schedule."""
-    if not backoff:
-        return 0.0
-    return backoff[min(max(receive_count, 1), len(backoff)) - 1]
-
-
 def nak_delay(wanted: float, receive_count: int, backoff: list[float]) -> float:
     """The delay to put in a ``-NAK`` so the message comes back ``wanted`` seconds later.
 
@@ -48,6 +41,20 @@ def nak_delay(wanted: float, receive_count: int, backoff: list[float]) -> float:
         return wanted
     redeliveries = min(max(receive_count - 1, 0), len(backoff) - 1)
     return wanted + backoff[0] - backoff[redeliveries]
+
+
+#: the smallest delay a -NAK carries (seconds): a compensated delay at or below 0 cannot be sent,
+#: so such a message comes back as soon as the server's own schedule allows
+MIN_NAK_DELAY = 0.001
+
+
+def nak_payload(delay: float, receive_count: int, backoff: list[float]) -> bytes:
+    """The ``-NAK`` that hands a message back for ``delay`` seconds (0: at once), compensated for
+    the consumer's backoff (``nak_delay``). The SDK and the API's nack by hand both send this."""
+    if delay <= 0:
+        return b"-NAK"
+    sent = max(nak_delay(delay, receive_count, backoff), MIN_NAK_DELAY)
+    return b"-NAK " + json.dumps({"delay": int(sent * 1e9)}).encode()
 
 
 def decode(data: bytes, content_type: Optional[str]) -> Any:
@@ -141,11 +148,7 @@ class Message:
         backoff = await self._queue._backoff()
         if delay is None:
             delay = scheduled_delay(self.receive_count, backoff)
-        payload = b"-NAK"
-        if delay > 0:
-            sent = nak_delay(delay, self.receive_count, backoff)
-            payload += b" " + json.dumps({"delay": int(sent * 1e9)}).encode()
-        await self._queue._confirm(self._reply, payload)
+        await self._queue._confirm(self._reply, nak_payload(delay, self.receive_count, backoff))
 
     async def reject(self, error: Optional[str] = None) -> str:
         """Dead-letter the message now, with ``error`` as its last error. Returns 'moved' (to the

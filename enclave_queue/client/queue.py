@@ -60,9 +60,9 @@ from ..errors import (
     SpecError,
     Unauthorized,
 )
-from ..spec import HEADER_ROOM, check_dedupe_key
+from ..spec import HEADER_ROOM, check_dedupe_key, scheduled_delay
 from .credentials import Credentials
-from .message import Message, PeekedMessage, encode, scheduled_delay
+from .message import Message, PeekedMessage, encode
 
 DEFAULT_TIMEOUT = 5.0  #: seconds to wait for the broker to confirm an operation
 SEND_WINDOW = 5000  #: unconfirmed publishes ``send_batch`` keeps in flight
@@ -226,17 +226,16 @@ class Queue:
     async def _backoff(self) -> list[float]:
         """The queue's retry schedule in seconds (the consumer's backoff), cached for a while."""
         if self._schedule is None or time.monotonic() > self._schedule[0]:
-            reply = await self._request(
-                f"$JS.API.CONSUMER.INFO.{self.credentials.stream}.{self.credentials.consumer}", b"")
-            backoff = [step / 1e9 for step in (json.loads(reply.data).get("config", {}).get("backoff") or [])]
+            info = await self._info(f"CONSUMER.INFO.{self.credentials.stream}.{self.credentials.consumer}")
+            backoff = [step / 1e9 for step in (info.get("config", {}).get("backoff") or [])]
             self._schedule = (time.monotonic() + SCHEDULE_TTL, backoff)
         return self._schedule[1]
 
     async def max_message_bytes(self) -> int:
         """The largest body the queue accepts (its ``max_message_bytes``), cached for a while."""
         if self._max_body is None or time.monotonic() > self._max_body[0]:
-            reply = await self._request(f"$JS.API.STREAM.INFO.{self.credentials.stream}", b"")
-            limit = int(json.loads(reply.data)["config"]["max_msg_size"]) - HEADER_ROOM
+            info = await self._info(f"STREAM.INFO.{self.credentials.stream}")
+            limit = int(info["config"]["max_msg_size"]) - HEADER_ROOM
             self._max_body = (time.monotonic() + SCHEDULE_TTL, limit)
         return self._max_body[1]
 

@@ -1,8 +1,11 @@
 """The SDK's compensation for how nats-server times a delayed nak when the consumer has a backoff."""
 
+import json
+
 import pytest
 
-from enclave_queue.client.message import nak_delay, scheduled_delay
+from enclave_queue.client.message import nak_delay, nak_payload
+from enclave_queue.spec import scheduled_delay
 
 
 def server_gap(sent: float, receive_count: int, backoff: list[float]) -> float:
@@ -25,3 +28,18 @@ def test_without_a_backoff_the_delay_is_sent_as_it_is():
 
 def test_the_schedule_repeats_its_last_entry():
     assert [scheduled_delay(n, [1.0, 2.0]) for n in (1, 2, 3)] == [1.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize(("delay", "receive_count", "backoff", "sent_ns"), [
+    (0, 1, [1.0, 5.0], None),  # at once: a plain -NAK
+    (10, 1, [], 10_000_000_000),  # no schedule: as asked
+    (10, 1, [1.0, 5.0, 60.0], 10_000_000_000),  # first receive: backoff[0] - backoff[0]
+    (10, 2, [1.0, 5.0, 60.0], 6_000_000_000),  # 10 + 1 - 5
+    (2, 3, [1.0, 5.0, 60.0], 1_000_000),  # 2 + 1 - 60 < 0: the smallest delay there is
+])
+def test_the_nak_sent(delay, receive_count, backoff, sent_ns):
+    payload = nak_payload(delay, receive_count, backoff)
+    if sent_ns is None:
+        assert payload == b"-NAK"
+    else:
+        assert payload.startswith(b"-NAK ") and json.loads(payload[5:]) == {"delay": sent_ns}
