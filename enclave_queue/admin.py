@@ -7,6 +7,7 @@ JSON problems.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Optional
 
 import httpx
@@ -86,12 +87,15 @@ class AdminClient:
     def read_secret(self, project: str, secret: str) -> dict[str, str]:
         return self.request("GET", f"/v1/projects/{project}/secrets/{secret}")
 
-    def wait_ready(self, project: str, name: str, timeout: float = 60.0) -> dict[str, Any]:
+    def wait_ready(self, project: str, name: str, timeout: float = 60.0, *, step: float = WAIT_STEP,
+                   stop: Optional[Callable[[], bool]] = None) -> dict[str, Any]:
         """Poll until the queue's latest spec is applied (``Ready``); raises the status message as
-        an EnclaveError if it is ``Errored``, Timeout after ``timeout`` seconds."""
+        an EnclaveError if it is ``Errored``, Timeout after ``timeout`` seconds or once ``stop()``
+        says so (checked every ``step`` seconds at most)."""
         deadline = time.monotonic() + timeout
         while True:
-            status = self.queue_status(project, name, wait_seconds=max(0.1, min(WAIT_STEP, deadline - time.monotonic())))
+            _check_stop(stop, name)
+            status = self.queue_status(project, name, wait_seconds=max(0.1, min(step, deadline - time.monotonic())))
             if status["observed_generation"] >= status["generation"]:
                 if status["state"] == "Ready":
                     return self.get_queue(project, name)
@@ -100,11 +104,13 @@ class AdminClient:
             if time.monotonic() > deadline:
                 raise Timeout(f"Queue '{name}' was not ready after {timeout:g} s: {status['message']}")
 
-    def wait_deleted(self, project: str, name: str, timeout: float = 60.0) -> None:
+    def wait_deleted(self, project: str, name: str, timeout: float = 60.0, *, step: float = WAIT_STEP,
+                     stop: Optional[Callable[[], bool]] = None) -> None:
         deadline = time.monotonic() + timeout
         while True:
+            _check_stop(stop, name)
             try:
-                status = self.queue_status(project, name, wait_seconds=max(0.1, min(WAIT_STEP, deadline - time.monotonic())))
+                status = self.queue_status(project, name, wait_seconds=max(0.1, min(step, deadline - time.monotonic())))
             except NotFound:
                 return
             if time.monotonic() > deadline:
@@ -160,3 +166,8 @@ class AdminClient:
     def stats(self, project: str, name: str) -> dict[str, Any]:
         """Waiting, in flight, delayed and dead now, and the counts since the queue was created."""
         return self.request("GET", f"{self._queues(project)}/{name}/stats")
+
+
+def _check_stop(stop: Optional[Callable[[], bool]], name: str) -> None:
+    if stop is not None and stop():
+        raise Timeout(f"Stopped waiting for queue '{name}'; it may not be settled yet.")

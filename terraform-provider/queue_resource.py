@@ -8,7 +8,6 @@ queue is Ready, or fails with the status message), and turns every API error int
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from tf.iface import (
@@ -26,7 +25,7 @@ from tf.types import List, Number, String
 from tf.utils import Diagnostics
 
 from enclave_queue.admin import AdminClient
-from enclave_queue.errors import EnclaveError, NotFound, Timeout
+from enclave_queue.errors import EnclaveError, NotFound
 from enclave_queue.spec import BACKOFF_RULE, LIMITS, NAME_RULE
 
 from . import queue_model as model
@@ -142,7 +141,7 @@ class QueueResource(Resource):
         try:
             api = self.provider.api()
             api.delete_queue(project, name)
-            self._wait_gone(api, project, name)
+            api.wait_deleted(project, name, APPLY_TIMEOUT, step=POLL_STEP, stop=self.provider.stopping.is_set)
         except NotFound:
             return None
         except EnclaveError as exc:
@@ -170,50 +169,17 @@ class QueueResource(Resource):
     def _settle(self, diags: Diagnostics, api: AdminClient, project: str, name: str,
                 action: str) -> Optional[dict[str, Any]]:
         """Wait until the queue's latest spec is Ready and return its state. If it is Errored, or
-        the wait ends early, return the queue as it is with an error: OpenTofu keeps it in state
-        (tainted after a create) so nothing is orphaned."""
+        the wait ends early (APPLY_TIMEOUT, StopProvider), return the queue as it is with an error:
+        OpenTofu keeps it in state (tainted after a create) so nothing is orphaned."""
         try:
-            self._wait_ready(api, project, name)
-            return model.state_from_api(api.get_queue(project, name))
+            return model.state_from_api(api.wait_ready(project, name, APPLY_TIMEOUT, step=POLL_STEP,
+                                                       stop=self.provider.stopping.is_set))
         except EnclaveError as exc:
             _report(diags, action, name, exc)
         try:
             return model.state_from_api(api.get_queue(project, name))
         except EnclaveError:
             return None
-
-    def _wait_ready(self, api: AdminClient, project: str, name: str) -> None:
-        """Long-poll the status until the latest generation is Ready; raises EnclaveError with the
-        status message if it is Errored, Timeout after APPLY_TIMEOUT or on StopProvider."""
-        deadline = time.monotonic() + APPLY_TIMEOUT
-        while True:
-            self._check_stopping(name)
-            remaining = deadline - time.monotonic()
-            status = api.queue_status(project, name, wait_seconds=max(0.1, min(POLL_STEP, remaining)))
-            if status["observed_generation"] >= status["generation"]:
-                if status["state"] == "Ready":
-                    return
-                if status["state"] == "Errored":
-                    raise EnclaveError(f"the queue is Errored: {status['message']}")
-            if time.monotonic() > deadline:
-                raise Timeout(f"the queue was not Ready after {APPLY_TIMEOUT:g} s: {status['message']}")
-
-    def _wait_gone(self, api: AdminClient, project: str, name: str) -> None:
-        """Return once the queue is gone (its status answers 404); Timeout otherwise."""
-        deadline = time.monotonic() + APPLY_TIMEOUT
-        while True:
-            self._check_stopping(name)
-            remaining = deadline - time.monotonic()
-            try:
-                status = api.queue_status(project, name, wait_seconds=max(0.1, min(POLL_STEP, remaining)))
-            except NotFound:
-                return
-            if time.monotonic() > deadline:
-                raise Timeout(f"the queue was still there after {APPLY_TIMEOUT:g} s: {status['message']}")
-
-    def _check_stopping(self, name: str) -> None:
-        if self.provider.stopping.is_set():
-            raise Timeout("OpenTofu interrupted the apply; the queue may not be ready yet.")
 
 
 def _report(diags: Diagnostics, action: str, name: Any, exc: EnclaveError) -> None:

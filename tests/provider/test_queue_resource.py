@@ -218,7 +218,7 @@ async def test_an_apply_that_ends_errored_fails_with_the_status_message(stack, t
         plan = tofu.plan(Q, state, tofu.config(Q, name=unique_name, retention_hours=5))
         updated, diags = tofu.apply(Q, plan)
         (error,) = diags
-        assert error.summary.startswith(f"Unable to update queue '{unique_name}': the queue is Errored: ")
+        assert error.summary.startswith(f"Unable to update queue '{unique_name}': Queue '{unique_name}' failed: ")
         assert "was changed outside Enclave (retention)" in error.summary
         assert updated is not None and updated["retention_hours"] == 5  # recorded: OpenTofu keeps what was applied
         await retry_unavailable(lambda: js.delete_stream(stream))  # the operator's fix; the next resync repairs it
