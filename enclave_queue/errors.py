@@ -26,7 +26,7 @@ Messages are one sentence that names the object, for example
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 
 class EnclaveError(Exception):
@@ -107,3 +107,21 @@ def from_problem(status: int, problem: dict[str, Any]) -> EnclaveError:
         cls = BY_STATUS.get(status, EnclaveError)
     detail = problem.get("detail") or problem.get("title") or f"HTTP {status}"
     return cls(detail, errors=problem.get("errors"))
+
+
+#: err_codes of a publish the broker refused (nats-server 2.15.1)
+TOO_LARGE = 10054  #: over the stream's max_msg_size
+QUEUE_FULL = 10077  #: the stream is at max_msgs (discard new)
+
+
+def publish_refused(error: dict[str, Any], queue: str, max_messages: Optional[int] = None) -> EnclaveError:
+    """The error for a PubAck's ``error``, wherever a message is published into a queue (SDK,
+    messages by hand, redrive, the dead-letter mover). ``queue`` names it in the sentence
+    (``'emails' in project 'shop'``); ``max_messages``, when known, is said with QueueFull."""
+    code, description = error.get("err_code"), error.get("description")
+    if code == TOO_LARGE:
+        return MessageTooLarge(f"The message is larger than queue {queue} accepts (max_message_bytes).")
+    if code == QUEUE_FULL:
+        limit = "max_messages" if max_messages is None else f"max_messages {max_messages}"
+        return QueueFull(f"Queue {queue} is full ({limit}); the message was not stored.")
+    return EnclaveError(f"The broker refused the message to queue {queue}: {description}.")

@@ -37,7 +37,7 @@ from .controller.deadletters import (
     SOURCE_SEQUENCE,
     clean_headers,
 )
-from .errors import BrokerUnavailable, EnclaveError, NotFound, SpecError
+from .errors import BrokerUnavailable, EnclaveError, NotFound, SpecError, publish_refused
 from .spec import queue_key, subject_for
 from .state.records import QueueRecord
 
@@ -216,8 +216,8 @@ class DeadLetterOps:
             lambda: self.conn.control.request(subject, letter.data, timeout=5, headers=headers))
         ack = json.loads(reply.data)
         if "error" in ack:
-            raise EnclaveError(f"Queue '{dest.spec.name}' refused message {letter.sequence}: "
-                               f"{ack['error'].get('description')}.")
+            raise publish_refused(ack["error"], f"'{dest.spec.name}' in project '{dest.spec.project}'",
+                                  dest.spec.max_messages)
         return int(ack["seq"])
 
     async def retry(self, project: str, name: str, seq: int) -> dict[str, Any]:

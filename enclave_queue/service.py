@@ -23,11 +23,17 @@ from .auth.users import CONSUMER, inbox_prefix, stream_name, username
 from .broker.config import send_subject
 from .broker.connection import UNAVAILABLE, BrokerConnection, retry_unavailable
 from .client.message import nak_payload
-from .client.queue import QUEUE_FULL, TOO_LARGE
 from .controller.accounts import Accounts
 from .controller.sampler import read_samples
 from .depth import Depth, depth_reads, read_depth, read_depths
-from .errors import BrokerUnavailable, Conflict, EnclaveError, MessageTooLarge, NotFound, QueueFull, SpecError
+from .errors import (
+    BrokerUnavailable,
+    Conflict,
+    MessageTooLarge,
+    NotFound,
+    SpecError,
+    publish_refused,
+)
 from .redrive import DeadLetterOps
 from .spec import (
     MAX_HISTORY_HOURS,
@@ -313,13 +319,7 @@ class QueueService:
             raise BrokerUnavailable(f"The broker did not confirm the message to queue '{name}' in time.") from exc
         ack = json.loads(reply.data)
         if "error" in ack:
-            error = ack["error"]
-            if error.get("err_code") == TOO_LARGE:
-                raise MessageTooLarge(f"The message is larger than queue '{name}' accepts (max_message_bytes).")
-            if error.get("err_code") == QUEUE_FULL:
-                raise QueueFull(f"Queue '{name}' in project '{project}' is full (max_messages "
-                                f"{record.spec.max_messages}); the message was not stored.")
-            raise EnclaveError(f"The broker refused the message to queue '{name}': {error.get('description')}.")
+            raise publish_refused(ack["error"], f"'{name}' in project '{project}'", record.spec.max_messages)
         return {"sequence": ack["seq"], "duplicate": bool(ack.get("duplicate"))}
 
     async def receive(self, project: str, name: str, max_messages: int = 1, wait: float = 1.0) -> list[dict[str, Any]]:

@@ -52,6 +52,7 @@ from nats.nuid import NUID
 
 from ..auth.users import ERRORS_SUBJECT, REJECT_SUBJECT
 from ..errors import (
+    QUEUE_FULL,
     BrokerUnavailable,
     EnclaveError,
     MessageTooLarge,
@@ -59,6 +60,7 @@ from ..errors import (
     QueueFull,
     SpecError,
     Unauthorized,
+    publish_refused,
 )
 from ..spec import HEADER_ROOM, check_dedupe_key, scheduled_delay
 from .credentials import Credentials
@@ -74,8 +76,6 @@ RETRY_WINDOW = 3.0  #: seconds to keep asking a request nobody answered (a reloa
 SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are cached
 
 _STATUS = "Status"
-QUEUE_FULL = 10077  #: err_code of a publish to a stream at max_msgs with discard new (2.15.1)
-TOO_LARGE = 10054  #: err_code of a publish over max_msg_size
 ATOMIC_DISABLED = 10174  #: err_code of a batch message to a stream without allow_atomic
 BATCH_INCOMPLETE = 10176  #: err_code of a batch's commit after the broker refused one of its messages
 
@@ -256,13 +256,8 @@ class Queue:
         if msg.headers and msg.headers.get(_STATUS) == "503":
             raise BrokerUnavailable(f"No stream stores subject '{self.subject}'; the queue may not exist any more.")
         ack = json.loads(msg.data)
-        error = ack.get("error")
-        if error:
-            if error.get("err_code") == TOO_LARGE:
-                raise MessageTooLarge(f"The message is larger than the queue accepts ({error.get('description')}).")
-            if error.get("err_code") == QUEUE_FULL:
-                raise QueueFull(f"The queue on '{self.subject}' is full (max_messages); the message was not stored.")
-            raise EnclaveError(f"The broker refused the message: {error.get('description')}.")
+        if ack.get("error"):
+            raise publish_refused(ack["error"], f"on '{self.subject}'")
         return int(ack["seq"])
 
     async def send(self, body: Any, *, dedupe_key: Optional[str] = None, headers: Optional[dict[str, str]] = None,

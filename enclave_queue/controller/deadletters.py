@@ -45,7 +45,7 @@ from nats.js import api
 from ..auth.users import CONSUMER, stream_name
 from ..broker.config import advisory_subject, errors_subject, jsapi_prefix, send_subject
 from ..broker.connection import BrokerConnection, delete_message, ensure_stream, retry_unavailable
-from ..errors import EnclaveError
+from ..errors import EnclaveError, publish_refused
 from ..spec import queue_key, subject_for
 from ..state.kv import Store
 from ..state.records import QueueRecord
@@ -220,8 +220,8 @@ class DeadLetters:
                 lambda: self.conn.control.request(subject, msg.data or b"", timeout=5, headers=headers))
             ack = json.loads(reply.data)
             if "error" in ack:
-                raise MoveError(f"Dead-letter queue '{dlq.spec.name}' refused message {seq} of queue "
-                                f"'{spec.name}': {ack['error'].get('description')}")
+                raise publish_refused(ack["error"], f"'{dlq.spec.name}' in project '{dlq.spec.project}'",
+                                      dlq.spec.max_messages)
             if FAULT == "exit-after-dlq-publish":
                 os._exit(70)
             outcome = "moved"
