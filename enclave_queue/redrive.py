@@ -38,7 +38,7 @@ from .controller.deadletters import (
     clean_headers,
 )
 from .errors import BrokerUnavailable, EnclaveError, NotFound, SpecError, publish_refused
-from .spec import queue_key, subject_for
+from .spec import subject_for
 from .state.records import QueueRecord
 
 if TYPE_CHECKING:
@@ -197,10 +197,7 @@ class DeadLetterOps:
         if not name:
             raise SpecError(f"Message {letter.sequence} of queue '{record.spec.name}' names no source queue; "
                             "give a destination.", errors=[{"field": "to", "message": "is required for this message"}])
-        found = await self.service.store.queues.get(queue_key(record.spec.project, name))
-        if found is None or found[0].deleting:
-            raise NotFound(f"Queue '{name}' does not exist in project '{record.spec.project}'.")
-        return found[0]
+        return await self.service.live(record.spec.project, name)
 
     async def _move_back(self, record: QueueRecord, letter: Letter, dest: QueueRecord) -> int:
         """Publish ``letter`` to ``dest`` (deduplicated), then delete it from ``record``'s stream."""
@@ -251,10 +248,11 @@ class DeadLetterOps:
             if to == name:
                 raise SpecError("to must name another queue than the one being redriven.",
                                 errors=[{"field": "to", "message": "must name another queue"}])
-            found = await self.service.store.queues.get(queue_key(project, to))
-            if found is None or found[0].deleting:
+            try:
+                await self.service.live(project, to)
+            except NotFound:
                 raise SpecError(f"to names queue '{to}', which does not exist in project '{project}'.",
-                                errors=[{"field": "to", "message": f"names no queue in project '{project}'"}])
+                                errors=[{"field": "to", "message": f"names no queue in project '{project}'"}]) from None
         else:
             sources = [r.spec.name for _, r, _ in await self.service.store.queues.items(f"{project}.*")
                        if r.spec.dead_letter_queue == name and not r.deleting]
