@@ -112,6 +112,7 @@ def from_problem(status: int, problem: dict[str, Any]) -> EnclaveError:
 #: err_codes of a publish the broker refused (nats-server 2.15.1)
 TOO_LARGE = 10054  #: over the stream's max_msg_size
 QUEUE_FULL = 10077  #: the stream is at max_msgs (discard new)
+SCHEDULES_DISABLED = 10188  #: a delayed message to a stream without allow_msg_schedules (a queue with max_messages)
 
 
 def publish_refused(error: dict[str, Any], queue: str, max_messages: Optional[int] = None) -> EnclaveError:
@@ -124,4 +125,8 @@ def publish_refused(error: dict[str, Any], queue: str, max_messages: Optional[in
     if code == QUEUE_FULL:
         limit = "max_messages" if max_messages is None else f"max_messages {max_messages}"
         return QueueFull(f"Queue {queue} is full ({limit}); the message was not stored.")
+    if code == SCHEDULES_DISABLED:
+        rule = "must be 0 on a queue with max_messages (a limit that refuses new messages rules out delays)"
+        return SpecError(f"delay_s {rule}: queue {queue} has one; the message was not stored.",
+                         errors=[{"field": "delay_s", "message": rule}])
     return EnclaveError(f"The broker refused the message to queue {queue}: {description}.")

@@ -29,6 +29,7 @@ from .broker.supervisor import Supervisor, free_port
 from .console.sessions import Sessions
 from .controller.accounts import Accounts
 from .controller.deadletters import DeadLetters
+from .controller.desk import Desk
 from .controller.naks import NakCounter
 from .controller.reconciler import Reconciler
 from .controller.sampler import Sampler
@@ -66,6 +67,7 @@ class Runtime:
         self.sampler: Optional[Sampler] = None
         self.metrics = ControlMetrics()  #: this runtime's own registry, served at /metrics
         self.service: Optional[QueueService] = None
+        self.desk: Optional[Desk] = None
         self.api_url = ""
         self.ready = False
         self._http: Optional[_Uvicorn] = None
@@ -114,6 +116,8 @@ class Runtime:
         self.metrics.attach(self.store, self.conn, self.accounts, self.naks)
         self.service = QueueService(self.store, self.conn, self.accounts, self.master,
                                     lambda: self.broker_url, s.internal_broker_url, self.reconciler.changed)
+        self.desk = Desk(self.store, self.conn, self.service, self.dead_letters, self.naks)
+        await self.desk.start()
         await self._start_http()
         self.ready = True
         write_private(s.home / RUNTIME_FILE, json.dumps(
@@ -197,6 +201,8 @@ class Runtime:
             self._http.should_exit = True
             with contextlib.suppress(Exception):
                 await self._http_task
+        if self.desk is not None:
+            await self.desk.stop()
         if self.service is not None:
             await self.service.dead_letters.stop()
         if self.reconciler is not None:

@@ -45,6 +45,11 @@ Backoff = Annotated[tuple[BackoffStep, ...], Field(min_length=1, max_length=MAX_
 #: about 400 bytes of headers and up to 1 KiB of error text)
 HEADER_ROOM = 4096
 
+#: why a queue without a message limit cannot get one later: it takes delayed messages
+LIMIT_RULE = ("a queue without max_messages takes delayed messages (JetStream message schedules), which a "
+              "limit that refuses new messages rules out and which cannot be turned off; create a queue with "
+              "max_messages instead (a queue with a limit can change it, or drop it)")
+
 #: the settings that can change on a live queue (name and project cannot)
 MUTABLE = ("dead_letter_queue", *LIMITS, "retry_backoff_seconds")
 
@@ -179,6 +184,9 @@ class QueuePatch(BaseModel):
             if value is None and field not in ("dead_letter_queue", "retry_backoff_seconds"):
                 raise SpecError(f"{field} cannot be null; it must be {rule(field)}.",
                                 errors=[{"field": field, "message": f"must be {rule(field)}"}])
+        if spec.max_messages == 0 and changes.get("max_messages"):
+            raise SpecError(f"max_messages cannot be set on queue '{spec.name}', which has no limit: {LIMIT_RULE}.",
+                            errors=[{"field": "max_messages", "message": f"cannot be set in place: {LIMIT_RULE}"}])
         return parse_spec({**spec.model_dump(), **changes})
 
 

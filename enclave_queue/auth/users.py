@@ -18,6 +18,12 @@ SUBJECT_ROOT = "queue"
 ERRORS_SUBJECT = "enclave.errors"
 #: an app asks the control plane to dead-letter a message now (``reject``)
 REJECT_SUBJECT = "enclave.reject"
+#: an app's requests to the control plane about its own queue (``.<verb>``: release, clear,
+#: export, metrics, …; controller/desk.py)
+DESK_SUBJECT = "enclave.desk"
+#: an app tells the control plane about a put it must act on later (a start deadline); stored
+#: durably, so it lands even while the control process is down
+NOTES_SUBJECT = "enclave.notes"
 
 
 def stream_name(queue_id: str) -> str:
@@ -49,6 +55,8 @@ def app_permissions(queue_id: str) -> dict[str, dict[str, list[str]]]:
                 f"$JS.API.DIRECT.GET.{stream}.>",
                 f"{ERRORS_SUBJECT}.*",
                 REJECT_SUBJECT,
+                f"{DESK_SUBJECT}.*",
+                NOTES_SUBJECT,
             ]
         },
         "subscribe": {"allow": [f"{inbox_prefix(queue_id)}.>"]},

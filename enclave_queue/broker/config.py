@@ -86,6 +86,16 @@ def reject_subject(queue_id: str) -> str:
     return f"deadletter.{queue_id}"
 
 
+def desk_subject(queue_id: str, verb: str = "*") -> str:
+    """Where a queue's apps' requests about their queue reach the control plane (controller/desk.py)."""
+    return f"desk.{queue_id}.{verb}"
+
+
+def notes_subject(queue_id: str) -> str:
+    """Where a queue's apps' put notes (start deadlines) land in the control account's notes stream."""
+    return f"notes.{queue_id}"
+
+
 def queue_account(entry: AccountEntry) -> dict[str, Any]:
     stream = users.stream_name(entry.id)
     only_control = [CONTROL_ACCOUNT]
@@ -95,6 +105,10 @@ def queue_account(entry: AccountEntry) -> dict[str, Any]:
              "to": f"{users.ERRORS_SUBJECT}.*"},
             {"service": {"account": CONTROL_ACCOUNT, "subject": reject_subject(entry.id)},
              "to": users.REJECT_SUBJECT},
+            {"service": {"account": CONTROL_ACCOUNT, "subject": desk_subject(entry.id)},
+             "to": f"{users.DESK_SUBJECT}.*"},
+            {"service": {"account": CONTROL_ACCOUNT, "subject": notes_subject(entry.id)},
+             "to": users.NOTES_SUBJECT},
         ],
         "jetstream": "enabled",
         "users": [
@@ -125,10 +139,10 @@ def control_imports(entry: AccountEntry) -> list[dict[str, Any]]:
 
 
 def control_exports() -> list[dict[str, Any]]:
-    """Error notes and reject requests. Public exports (no account list, which would name every
+    """Error notes, reject requests, desk requests and put notes. Public exports (no account list, which would name every
     queue twice in each reload): only this configuration declares imports, and each queue
     account imports just its own id's subjects."""
-    return [{"service": "errors.*.*"}, {"service": "deadletter.*"}]
+    return [{"service": "errors.*.*"}, {"service": "deadletter.*"}, {"service": "desk.*.*"}, {"service": "notes.*"}]
 
 
 def build(config: BrokerConfig) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 verb does on the broker, and sync.py for the blocking wrapper."""
 
 from .credentials import Credentials
-from .message import PeekedMessage
-from .queue import Message, Queue, connect
+from .inspecting import DeadLetter
+from .message import Message, PeekedMessage
+from .queue import Queue, connect
 from .sync import SyncMessage, SyncQueue, connect_sync
 
-__all__ = ["Credentials", "Message", "PeekedMessage", "Queue", "SyncMessage", "SyncQueue", "connect", "connect_sync"]
+__all__ = ["Credentials", "DeadLetter", "Message", "PeekedMessage", "Queue", "SyncMessage", "SyncQueue", "connect",
+           "connect_sync"]

@@ -1,18 +1,21 @@
 """A received message and how bodies travel: ``Message`` (its verbs are explained in
-queue.py), ``PeekedMessage`` (one read by ``Queue.peek``, not leased), the body codec, and the
-retry-delay arithmetic for nacks."""
+queue.py) and its lease, ``PeekedMessage`` (one read by ``Queue.peek``, not leased), the body
+codec, and the retry-delay arithmetic for nacks."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Optional
 
 from nats.aio.msg import Msg
 
-from ..errors import EnclaveError
+from .. import envelope
+from ..errors import Conflict, EnclaveError
 from ..spec import scheduled_delay
 
 if TYPE_CHECKING:
@@ -83,7 +86,7 @@ class PeekedMessage:
 
     @property
     def id(self) -> int:
-        return self.sequence
+        return envelope.message_id(self.headers, self.sequence)
 
     @property
     def body(self) -> Any:
@@ -102,11 +105,19 @@ class PeekedMessage:
 
 
 class Message:
-    """A received message, leased until deleted, nacked or its visibility timeout passes."""
+    """A received message, leased until acked, nacked, released or its lease runs out.
 
-    __slots__ = ("_queue", "data", "headers", "_reply", "receive_count", "sequence", "_sent_ns")
+    ``id`` stays the same for the message's whole life (a copy made by ``release``, or the copy a
+    delayed message's schedule makes, keeps it); ``sequence`` is where this copy is stored.
+    ``attempts`` counts receives that spent an attempt, this one included (``release`` gives its
+    attempt back). ``lease_expires_at`` is when the lease runs out: the queue's visibility timeout
+    (or its retry schedule's entry for this receive) from receipt, or ``lease_s`` when the receive
+    or ``extend`` asked for one."""
 
-    def __init__(self, queue: Queue, msg: Msg) -> None:
+    __slots__ = ("_queue", "data", "headers", "_reply", "receive_count", "sequence", "_sent_ns", "id", "attempts",
+                 "last_error", "_lease_end", "_server_lease", "_keeper", "_settled")
+
+    def __init__(self, queue: Queue, msg: Msg, server_lease: float = 0.0) -> None:
         self._queue = queue
         self.data: bytes = msg.data
         self.headers: dict[str, str] = msg.headers or {}
@@ -115,9 +126,16 @@ class Message:
         tokens = msg.reply.split(".")
         if len(tokens) > 9:  # the v2 form carries a domain and an account hash first
             tokens = tokens[:2] + tokens[4:]
-        self.receive_count = int(tokens[4])  #: this receive included
-        self.sequence = int(tokens[5])  #: the message's position in the queue's stream
+        self.receive_count = int(tokens[4])  #: receives of this copy, this one included
+        self.sequence = int(tokens[5])  #: this copy's position in the queue's stream
         self._sent_ns = int(tokens[7])
+        self.id: int = envelope.message_id(self.headers, self.sequence)
+        self.attempts: int = envelope.prior_attempts(self.headers) + self.receive_count
+        self.last_error: Optional[str] = None  #: the last error a worker reported for it (nack or reject)
+        self._server_lease = server_lease  #: how long the broker holds this receive (ack_wait or backoff entry)
+        self._lease_end = time.monotonic() + server_lease
+        self._keeper: Optional[asyncio.Task[None]] = None  #: holds or ends a lease other than the broker's
+        self._settled = False
 
     @property
     def body(self) -> Any:
@@ -126,39 +144,135 @@ class Message:
 
     @property
     def sent_at(self) -> datetime:
+        """When this copy was stored (for a delayed message: when it became due)."""
         return datetime.fromtimestamp(self._sent_ns / 1e9, UTC)
 
-    def __repr__(self) -> str:
-        return f"Message(sequence={self.sequence}, receive_count={self.receive_count}, bytes={len(self.data)})"
+    @property
+    def enqueued_at(self) -> datetime:
+        """When the message was put (a delayed or released message keeps its first put time)."""
+        return envelope.parse_time(self.headers.get(envelope.ENQUEUED_AT)) or self.sent_at
 
-    async def delete(self, *, confirm: bool = True) -> None:
-        """Remove the message from the queue for good; returns once the broker confirmed.
-        ``confirm=False`` sends the delete without waiting (as a plain NATS ``ack()`` does): faster,
-        but a delete lost on the way means the message comes back after its lease."""
+    @property
+    def deadline(self) -> Optional[datetime]:
+        """The start deadline it was put with (``ttl_s``), if any."""
+        return envelope.deadline_of(self.headers)
+
+    @property
+    def lease_expires_at(self) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=self._lease_end - time.monotonic())
+
+    def __repr__(self) -> str:
+        return f"Message(id={self.id}, sequence={self.sequence}, attempts={self.attempts}, bytes={len(self.data)})"
+
+    # -- the lease --------------------------------------------------------------------------------
+
+    def _lease(self, lease_s: float) -> None:
+        """Make the lease end ``lease_s`` from now: the broker's own lease is kept alive with
+        ``+WPI`` while it is shorter, and the message is given back (``-NAK``) at the end when it
+        is longer, so another worker gets it then, as when a lease runs out."""
+        self._lease_end = time.monotonic() + lease_s
+        if self._keeper is not None:
+            self._keeper.cancel()
+        self._keeper = asyncio.ensure_future(self._keep(lease_s))
+        self._queue._keepers.add(self._keeper)
+        self._keeper.add_done_callback(self._queue._keepers.discard)
+
+    async def _keep(self, lease_s: float) -> None:
+        with contextlib.suppress(EnclaveError, RuntimeError):
+            if lease_s > self._server_lease:
+                await self._queue._confirm(self._reply, b"+WPI")
+            while not self._settled:
+                remaining = self._lease_end - time.monotonic()
+                if remaining <= 0:
+                    break
+                step = self._server_lease / 2 if self._server_lease else remaining
+                await asyncio.sleep(min(remaining, step))
+                if self._lease_end - time.monotonic() > 0 and not self._settled:
+                    await self._queue._confirm(self._reply, b"+WPI")
+            if not self._settled:
+                self._settled = True
+                await self._queue._confirm(self._reply, b"-NAK")
+
+    def _check_lease(self, verb: str) -> None:
+        if self._settled:
+            raise Conflict(f"Message {self.id} was already acked, nacked or released; it cannot be {verb}.")
+        late = time.monotonic() - self._lease_end
+        if late > 0:
+            raise Conflict(f"The lease on message {self.id} ran out {late:.1f} s ago; it may be someone else's "
+                           f"now, so it was not {verb}. Receive it again.")
+
+    def _settle(self) -> None:
+        self._settled = True
+        if self._keeper is not None:
+            self._keeper.cancel()
+
+    # -- verbs ------------------------------------------------------------------------------------
+
+    async def ack(self, *, confirm: bool = True) -> None:
+        """The message is done: it leaves the queue for good; returns once the broker confirmed.
+        Raises ``Conflict`` if the lease ran out (the message may be someone else's now).
+        ``confirm=False`` sends it without waiting (as a plain NATS ``ack()`` does): faster, but an
+        ack lost on the way means the message comes back after its lease."""
+        self._check_lease("acked")
+        self._settle()
         if confirm:
             await self._queue._confirm(self._reply, b"+ACK")
         else:
             await self._queue._send_unconfirmed([self._reply])
 
-    async def nack(self, delay: Optional[float] = None, error: Optional[str] = None) -> None:
-        """Hand the message back: redelivered after ``delay`` seconds (default: the queue's retry
-        schedule for this receive, else at once). ``error`` says why; a dead letter carries the last."""
+    delete = ack  #: the core verb's name
+
+    async def nack(self, delay_s: Optional[float] = None, error: Optional[str] = None) -> None:
+        """The attempt failed: hand the message back, redelivered after ``delay_s`` seconds
+        (default: the queue's retry schedule for this receive, else at once). ``error`` says why;
+        the next receive shows it as ``last_error``, and a dead letter carries the last one."""
+        if delay_s is not None:
+            delay_s = envelope.check_delay(delay_s)
+        self._check_lease("nacked")
         if error:
-            await self._queue._note_error(self.sequence, error)
+            await self._queue._note_error(self.id, error)
         backoff = await self._queue._backoff()
-        if delay is None:
-            delay = scheduled_delay(self.receive_count, backoff)
-        await self._queue._confirm(self._reply, nak_payload(delay, self.receive_count, backoff))
+        if delay_s is None:
+            delay_s = scheduled_delay(self.receive_count, backoff)
+        self._settle()
+        await self._queue._confirm(self._reply, nak_payload(delay_s, self.receive_count, backoff))
+
+    async def release(self, delay_s: float = 0.0) -> None:
+        """Give the message back without spending an attempt (it was not tried: shutting down,
+        not this worker's turn), visible again after ``delay_s`` (0–7 days). Its next receive
+        shows the same ``attempts`` and ``last_error``. The control plane replaces it with a copy
+        that keeps its id, put time and deadline, at the back of the queue."""
+        delay_s = envelope.check_delay(delay_s)
+        self._check_lease("released")
+        await self._queue._desk("release", {"seq": self.sequence, "receive_count": self.receive_count,
+                                            "delay_s": delay_s})
+        self._settle()
+        with contextlib.suppress(EnclaveError):
+            await self._queue._confirm(self._reply, b"+ACK")  # end the lease; the original is gone already
 
     async def reject(self, error: Optional[str] = None) -> str:
         """Dead-letter the message now, with ``error`` as its last error. Returns 'moved' (to the
         dead-letter queue), 'discarded' (the queue has none) or 'gone' (it was deleted meanwhile)."""
-        outcome = await self._queue._reject(self.sequence, self.receive_count, error)
+        outcome = await self._queue._reject(self.sequence, self.id, self.receive_count, error)
+        self._settle()
         with contextlib.suppress(EnclaveError):
             await self._queue._confirm(self._reply, b"+ACK")  # end the lease; the message is gone already
         return outcome
 
-    async def extend(self) -> None:
-        """Keep the message hidden for another lease from now (work in progress): the visibility
-        timeout, or with a retry schedule this receive's entry of it."""
-        await self._queue._confirm(self._reply, b"+WPI")
+    async def extend(self, lease_s: Optional[float] = None) -> None:
+        """Keep the message for ``lease_s`` seconds from now (1 s to 12 h; default: the queue's
+        visibility timeout, or with a retry schedule this receive's entry of it). Raises
+        ``Conflict`` if the lease already ran out."""
+        if lease_s is not None:
+            lease_s = envelope.check_lease(lease_s)
+        self._check_lease("extended")
+        if lease_s is None or lease_s == self._server_lease:
+            if self._keeper is not None:
+                self._keeper.cancel()
+                self._keeper = None
+            await self._queue._confirm(self._reply, b"+WPI")
+            self._lease_end = time.monotonic() + self._server_lease
+            return
+        self._lease(lease_s)
+        if lease_s < self._server_lease:
+            await self._queue._confirm(self._reply, b"+WPI")  # the broker's clock from now; ours ends first

@@ -41,7 +41,8 @@ import contextlib
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
 
 import nats
@@ -50,7 +51,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.nuid import NUID
 
-from ..auth.users import ERRORS_SUBJECT, REJECT_SUBJECT
+from .. import envelope
+from ..auth.users import DESK_SUBJECT, ERRORS_SUBJECT, NOTES_SUBJECT, REJECT_SUBJECT
 from ..errors import (
     QUEUE_FULL,
     BrokerUnavailable,
@@ -60,18 +62,20 @@ from ..errors import (
     QueueFull,
     SpecError,
     Unauthorized,
+    from_problem,
     publish_refused,
 )
 from ..spec import HEADER_ROOM, check_dedupe_key, scheduled_delay
 from .credentials import Credentials
-from .message import Message, PeekedMessage, encode
+from .inspecting import Inspecting
+from .message import Message, encode
+from .receiving import Receiving, _Pull
 
 DEFAULT_TIMEOUT = 5.0  #: seconds to wait for the broker to confirm an operation
 SEND_WINDOW = 5000  #: unconfirmed publishes ``send_batch`` keeps in flight
-MAX_BATCH = 1000  #: messages one pull may ask for
 MAX_PUT_MANY = 100  #: messages one put_many stores all or none
-MAX_PEEK = 100  #: messages one peek may return
-MAX_ERROR_BYTES = 1024  #: an error note is cut to this size
+MAX_SEND_BATCH = 1000  #: messages one send_batch sends
+MAX_ID_TRIES = 10  #: guesses of the next sequence a delayed put makes (see _put_scheduled)
 RETRY_WINDOW = 3.0  #: seconds to keep asking a request nobody answered (a reload)
 SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are cached
 
@@ -80,17 +84,15 @@ ATOMIC_DISABLED = 10174  #: err_code of a batch message to a stream without allo
 BATCH_INCOMPLETE = 10176  #: err_code of a batch's commit after the broker refused one of its messages
 
 
-class _Pull:
-    __slots__ = ("want", "messages", "done", "unanswered")
+class _WrongLast(Exception):
+    """A publish with Nats-Expected-Last-Sequence found another last sequence."""
 
-    def __init__(self, want: int, done: asyncio.Future[None]) -> None:
-        self.want = want
-        self.messages: list[Msg] = []
-        self.done = done
-        self.unanswered = False  #: the broker said "no responders" (a configuration reload)
+    def __init__(self, last: int) -> None:
+        super().__init__(last)
+        self.last = last
 
 
-class Queue:
+class Queue(Receiving, Inspecting):
     """One queue, over one connection authenticated as the queue's own user."""
 
     def __init__(self, nc: Client, credentials: Credentials) -> None:
@@ -106,7 +108,9 @@ class Queue:
         self._broken: Optional[EnclaveError] = None  #: why the broker cut us off for good
         self._closing: Optional[asyncio.Task[None]] = None
         self._prefetches: set[asyncio.Task[list[Message]]] = set()  #: receives ``messages()`` started early
-        self._schedule: Optional[tuple[float, list[float]]] = None  #: (valid until, retry backoff)
+        self._config: Optional[tuple[float, dict[str, Any]]] = None  #: (valid until, consumer settings)
+        self._keepers: set[asyncio.Task[None]] = set()  #: lease keepers of messages with a lease of their own
+        self._last_seq = 0  #: the last sequence a PubAck named: a delayed put's first guess
         self._max_body: Optional[tuple[float, int]] = None  #: (valid until, largest body in bytes)
 
     async def _start(self) -> None:
@@ -207,14 +211,14 @@ class Queue:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
 
-    async def _note_error(self, sequence: int, error: str) -> None:
-        text = " ".join(error.split()).encode()[:MAX_ERROR_BYTES]
-        reply = await self._request(f"{ERRORS_SUBJECT}.{sequence}", text)
+    async def _note_error(self, message_id: int, error: str) -> None:
+        reply = await self._request(f"{ERRORS_SUBJECT}.{message_id}", envelope.one_line(error).encode())
         if reply.headers and reply.headers.get(_STATUS) == "503":
             raise BrokerUnavailable("The broker did not store the error note (no stream for it yet).")
 
-    async def _reject(self, sequence: int, receive_count: int, error: Optional[str]) -> str:
-        body = {"seq": sequence, "receive_count": receive_count, "error": error, "subject": self.subject}
+    async def _reject(self, sequence: int, message_id: int, receive_count: int, error: Optional[str]) -> str:
+        body = {"seq": sequence, "id": message_id, "receive_count": receive_count, "error": error,
+                "subject": self.subject}
         reply = await self._request(REJECT_SUBJECT, json.dumps(body).encode(), timeout=10)
         if reply.headers and reply.headers.get(_STATUS) == "503":
             raise BrokerUnavailable("The control plane is not running; the message was not rejected.")
@@ -223,13 +227,41 @@ class Queue:
             raise EnclaveError(f"The message was not rejected: {answer['error']}")
         return str(answer["result"])
 
-    async def _backoff(self) -> list[float]:
-        """The queue's retry schedule in seconds (the consumer's backoff), cached for a while."""
-        if self._schedule is None or time.monotonic() > self._schedule[0]:
+    async def _desk(self, verb: str, body: dict[str, Any], timeout: float = 10.0) -> Any:
+        """Ask the control plane's desk about this queue (controller/desk.py); its result, or the
+        error it answered as the same exception class the HTTP API would raise."""
+        reply = await self._request(f"{DESK_SUBJECT}.{verb}", json.dumps(body).encode(), timeout=timeout)
+        if reply.headers and reply.headers.get(_STATUS) == "503":
+            raise BrokerUnavailable(f"The control plane is not running; '{verb}' was not done.")
+        answer = json.loads(reply.data)
+        if "error" in answer:
+            problem = answer["error"]
+            raise from_problem(int(problem.get("status", 500)), problem)
+        return answer["result"]
+
+    async def _note(self, note: dict[str, Any]) -> None:
+        """Tell the control plane about a put it must act on (stored durably: controller/desk.py).
+        A note the broker could not store is given up after RETRY_WINDOW: the message itself is
+        stored already, and a worker's SDK still drops it on receipt after its deadline."""
+        with contextlib.suppress(EnclaveError):
+            await self._request(NOTES_SUBJECT, json.dumps(note).encode())
+
+    async def _consumer(self) -> dict[str, Any]:
+        """The queue's consumer settings the SDK needs (lease, retry schedule, receives allowed),
+        cached for a while: ``{"ack_wait": s, "backoff": [s, …], "max_deliver": n}``."""
+        if self._config is None or time.monotonic() > self._config[0]:
             info = await self._info(f"CONSUMER.INFO.{self.credentials.stream}.{self.credentials.consumer}")
-            backoff = [step / 1e9 for step in (info.get("config", {}).get("backoff") or [])]
-            self._schedule = (time.monotonic() + SCHEDULE_TTL, backoff)
-        return self._schedule[1]
+            config = info.get("config", {})
+            self._config = (time.monotonic() + SCHEDULE_TTL, {
+                "ack_wait": int(config.get("ack_wait", 30 * 10**9)) / 1e9,
+                "backoff": [step / 1e9 for step in (config.get("backoff") or [])],
+                "max_deliver": int(config.get("max_deliver", -1)),
+            })
+        return self._config[1]
+
+    async def _backoff(self) -> list[float]:
+        """The queue's retry schedule in seconds (the consumer's backoff)."""
+        return (await self._consumer())["backoff"]
 
     async def max_message_bytes(self) -> int:
         """The largest body the queue accepts (its ``max_message_bytes``), cached for a while."""
@@ -260,20 +292,73 @@ class Queue:
             raise publish_refused(ack["error"], f"on '{self.subject}'")
         return int(ack["seq"])
 
-    async def send(self, body: Any, *, dedupe_key: Optional[str] = None, headers: Optional[dict[str, str]] = None,
-                   timeout: float = DEFAULT_TIMEOUT) -> int:
-        """Send one message; returns its sequence number once the broker has stored it. With
-        ``dedupe_key`` (1–128 printable characters), a key already sent within the queue's dedupe
-        window stores nothing and returns the first message's sequence. Raises ``QueueFull`` when
-        the queue holds ``max_messages``, ``MessageTooLarge``, ``SpecError`` for a bad key."""
+    async def put(self, body: Any, *, delay_s: Optional[float] = None, dedupe_key: Optional[str] = None,
+                  ttl_s: Optional[float] = None, headers: Optional[dict[str, str]] = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> int:
+        """Put one message; returns its id once the broker has stored it.
+
+        - ``delay_s`` (0–7 days): hidden until then, counted as delayed (a JetStream message
+          schedule; envelope.py). The id returned is the one the message has when it is due.
+        - ``dedupe_key`` (1–128 printable characters): a key already put within the queue's
+          dedupe window stores nothing and returns the first message's id.
+        - ``ttl_s`` (1 s–14 days, more than ``delay_s``): a start deadline from now; a message not
+          taken by then is dropped unrun and counted as expired.
+
+        Raises ``QueueFull`` when the queue holds ``max_messages``, ``MessageTooLarge``, and
+        ``SpecError`` naming the option for a bad one."""
         self._check_open()
+        delay = envelope.check_delay(delay_s) if delay_s is not None else 0.0
+        ttl = envelope.check_ttl(ttl_s, delay) if ttl_s is not None else None
         extra = {"Nats-Msg-Id": check_dedupe_key(dedupe_key)} if dedupe_key is not None else {}
         data, content = encode(body)
         await self._check_size(data)
+        now = datetime.now(UTC)
+        merged = {**(content or {}), **(headers or {}), **extra, **envelope.put_headers(now, delay_s=delay, ttl_s=ttl)}
+        if delay > 0:
+            due = now + timedelta(seconds=delay)
+            merged.update(envelope.schedule_headers(self.subject, due))
+            seq, duplicate = await self._put_scheduled(data, merged, timeout)
+            if not duplicate:
+                await self._note({"scheduled": 1})
+        else:
+            seq, duplicate = await self._publish(self.subject, data, merged, timeout)
+        if ttl is not None and not duplicate:
+            await self._note({"seq": seq, "deadline": merged[envelope.DEADLINE]})
+        return seq
+
+    async def send(self, body: Any, *, dedupe_key: Optional[str] = None, headers: Optional[dict[str, str]] = None,
+                   timeout: float = DEFAULT_TIMEOUT) -> int:
+        """``put`` without a delay or deadline (the core verb's name)."""
+        return await self.put(body, dedupe_key=dedupe_key, headers=headers, timeout=timeout)
+
+    async def _publish(self, subject: str, data: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bool]:
+        """Publish and wait for the PubAck: (sequence, whether it was a duplicate)."""
         token, future = self._new_waiter()
-        await self._nc.publish(self.subject, data, reply=f"{self._mux}.{token}",
-                               headers={**(content or {}), **(headers or {}), **extra} or None)
-        return self._check_ack(await self._await(token, future, timeout, "the message"))
+        await self._nc.publish(subject, data, reply=f"{self._mux}.{token}", headers=headers or None)
+        reply = await self._await(token, future, timeout, "the message")
+        if reply.headers and reply.headers.get(_STATUS) == "503":
+            raise BrokerUnavailable(f"No stream stores subject '{self.subject}'; the queue may not exist any more.")
+        ack = json.loads(reply.data)
+        error = ack.get("error")
+        if error and envelope.actual_last_sequence(error) is not None:
+            raise _WrongLast(envelope.actual_last_sequence(error) or 0)
+        seq = self._check_ack(reply)
+        self._last_seq = max(self._last_seq, seq)
+        return seq, bool(ack.get("duplicate"))
+
+    async def _put_scheduled(self, data: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bool]:
+        """Store a delayed message's schedule as the stream's next sequence, which becomes its id
+        (``Enclave-Id`` on the copy it makes when due): guess the last sequence, and on a wrong
+        guess take the one the broker names. After MAX_ID_TRIES the schedule is stored without an
+        id of its own (its copy then takes the sequence it is stored at)."""
+        subject = envelope.delay_subject(self.subject, NUID().next().decode())
+        last = self._last_seq or int((await self._info(f"STREAM.INFO.{self.credentials.stream}"))["state"]["last_seq"])
+        for _ in range(MAX_ID_TRIES):
+            try:
+                return await self._publish(subject, data, {**headers, **envelope.expected_id_headers(last)}, timeout)
+            except _WrongLast as wrong:
+                last = wrong.last
+        return await self._publish(subject, data, headers, timeout)
 
     async def send_batch(self, bodies: Iterable[Any], *, window: int = SEND_WINDOW,
                          timeout: float = DEFAULT_TIMEOUT) -> int:
@@ -284,6 +369,10 @@ class Queue:
         The PubAcks of a batch all come to one inbox of its own and are counted as they arrive
         (no future per message), which keeps up with a raw pipelined publisher."""
         self._check_open()
+        bodies = list(bodies)
+        if not 1 <= len(bodies) <= MAX_SEND_BATCH:
+            message = f"must hold 1 to {MAX_SEND_BATCH} bodies (got {len(bodies)})"
+            raise SpecError(f"send_batch: bodies {message}.", errors=[{"field": "bodies", "message": message}])
         loop = asyncio.get_running_loop()
         token = f"b{next(self._ids)}"
         inbox = f"{self._mux}.batch.{token}"  # two tokens: outside the reply wildcard's reach
@@ -422,170 +511,6 @@ class Queue:
                 return list(range(sequence - count + 1, sequence + 1))
         raise EnclaveError(f"The broker sent no acknowledgement for the batch of {last}.")
 
-    # -- looking without taking -------------------------------------------------------------------
-
-    async def _info(self, verb: str) -> dict[str, Any]:
-        reply = await self._request(f"$JS.API.{verb}", b"")
-        if reply.headers and reply.headers.get(_STATUS) == "503":
-            raise BrokerUnavailable(f"The broker did not answer {verb.split('.')[0]} info; try again.")
-        answer = json.loads(reply.data)
-        if "error" in answer:
-            raise EnclaveError(f"The broker refused {verb}: {answer['error'].get('description')}.")
-        return answer
-
-    async def len(self) -> int:
-        """Messages waiting to be received, delayed ones included: everything stored that is not
-        in flight (the stream's messages minus the consumer's ``num_ack_pending``). Two reads,
-        not one snapshot: under concurrent sends and receives it is an estimate."""
-        stream, consumer = await asyncio.gather(
-            self._info(f"STREAM.INFO.{self.credentials.stream}"),
-            self._info(f"CONSUMER.INFO.{self.credentials.stream}.{self.credentials.consumer}"))
-        return max(int(stream["state"]["messages"]) - int(consumer["num_ack_pending"]), 0)
-
-    async def peek(self, limit: int = 10, *, timeout: float = DEFAULT_TIMEOUT) -> list[PeekedMessage]:
-        """The oldest ``limit`` (1–100) messages, waiting or in flight, oldest first, read by
-        direct get: nothing is leased and no receive is counted. Raises ``SpecError`` for a
-        ``limit`` out of range."""
-        if not isinstance(limit, int) or not 1 <= limit <= MAX_PEEK:
-            message = f"must be an integer from 1 to {MAX_PEEK} (got {limit!r})"
-            raise SpecError(f"limit {message}.", errors=[{"field": "limit", "message": message}])
-        self._check_open()
-        loop = asyncio.get_running_loop()
-        token = f"g{next(self._ids)}"
-        inbox = f"{self._mux}.peek.{token}"
-        request = json.dumps({"seq": 1, "next_by_subj": self.subject, "batch": limit}).encode()
-        deadline = loop.time() + RETRY_WINDOW
-        delay = 0.01
-        while True:
-            pull = _Pull(limit, loop.create_future())  # failed by a permission denial or close
-            self._waiting[token] = pull
-
-            async def collect(msg: Msg, pull: _Pull = pull) -> None:
-                status = msg.headers.get(_STATUS) if msg.headers else None
-                if status is None:
-                    pull.messages.append(msg)
-                    return
-                pull.unanswered = status == "503"  # 204: end of batch; 404: nothing stored
-                if not pull.done.done():
-                    pull.done.set_result(None)
-
-            sub = await self._nc.subscribe(inbox, cb=collect)
-            try:
-                await self._nc.publish(f"$JS.API.DIRECT.GET.{self.credentials.stream}", request, reply=inbox)
-                await self._await(token, pull.done, timeout, "the peek")
-            finally:
-                self._waiting.pop(token, None)
-                with contextlib.suppress(nats.errors.Error):
-                    await sub.unsubscribe()
-            if not pull.unanswered or pull.messages or loop.time() + delay > deadline:
-                break
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.25)
-        if pull.unanswered and not pull.messages:
-            raise BrokerUnavailable("The broker did not answer the peek (no responders); try again.")
-        return [PeekedMessage.from_direct_get(m) for m in pull.messages]
-
-    # -- receiving --------------------------------------------------------------------------------
-
-    async def _pull(self, batch: int, *, expires: float = 0.0) -> list[Message]:
-        """One pull request: up to ``batch`` messages; waits up to ``expires`` seconds (0 = none).
-        Each pull has its own inbox: delivered messages keep their original subject, so only
-        the subscription tells whose they are. A request the broker did not take ("no
-        responders" during a configuration reload) is sent again."""
-        self._check_open()
-        loop = asyncio.get_running_loop()
-        token = f"p{next(self._ids)}"
-        pull = _Pull(batch, loop.create_future())
-        self._waiting[token] = pull
-
-        async def collect(msg: Msg) -> None:
-            status = msg.headers.get(_STATUS) if msg.headers else None
-            if status is None:
-                pull.messages.append(msg)
-                if len(pull.messages) < batch:
-                    return
-            elif status == "100":  # idle heartbeat
-                return
-            elif status == "503":
-                pull.unanswered = True
-            if not pull.done.done():
-                pull.done.set_result(None)
-
-        inbox = f"{self._mux}.pull.{token}"  # two tokens: outside the reply wildcard's reach
-        sub = await self._nc.subscribe(inbox, cb=collect)
-        request: dict[str, Any] = {"batch": batch}
-        if expires > 0:
-            request["expires"] = int(expires * 1e9)
-        else:
-            request["no_wait"] = True
-        deadline = loop.time() + expires + DEFAULT_TIMEOUT
-        delay = 0.01
-        try:
-            while True:
-                await self._nc.publish(self._next_subject, json.dumps(request).encode(), reply=inbox)
-                await asyncio.wait_for(asyncio.shield(pull.done), max(deadline - loop.time(), 0.001))
-                if not pull.unanswered or pull.messages or loop.time() + delay > deadline:
-                    break
-                pull.unanswered, pull.done = False, loop.create_future()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.25)
-        except TimeoutError:
-            pass
-        finally:
-            self._waiting.pop(token, None)
-            with contextlib.suppress(nats.errors.Error):  # the connection may be closing
-                await sub.unsubscribe()
-        return [Message(self, m) for m in pull.messages]
-
-    async def receive(self, batch: int = 1, wait: float = 5.0) -> list[Message]:
-        """Up to ``batch`` messages, waiting up to ``wait`` seconds for the first one; returns as
-        soon as any are available (an empty list if none came). Each is leased (hidden) for the
-        queue's visibility timeout."""
-        if not 1 <= batch <= MAX_BATCH:
-            raise ValueError(f"batch must be from 1 to {MAX_BATCH} (got {batch})")
-        messages = await self._pull(batch)
-        if messages or wait <= 0:
-            return messages
-        messages = await self._pull(1, expires=wait)
-        if messages and batch > 1:
-            messages += await self._pull(batch - 1)
-        return messages
-
-    async def messages(self, batch: int = 100, wait: float = 5.0) -> AsyncIterator[Message]:
-        """Every message as it comes, fetching the next batch while the current one is handled
-        (so up to two batches are leased at once). Stops when nothing arrives for ``wait`` seconds."""
-        pending = self._prefetch(batch, wait)
-        try:
-            while True:
-                current = await pending
-                if not current:
-                    return
-                pending = self._prefetch(batch, wait)
-                for message in current:
-                    yield message
-        finally:
-            pending.cancel()
-
-    def _prefetch(self, batch: int, wait: float) -> asyncio.Task[list[Message]]:
-        task = asyncio.ensure_future(self.receive(batch, wait))
-        self._prefetches.add(task)
-        task.add_done_callback(self._prefetches.discard)
-        return task
-
-    async def delete_many(self, messages: Iterable[Message], timeout: float = DEFAULT_TIMEOUT, *,
-                          confirm: bool = True) -> None:
-        """Delete many received messages, waiting once for all the broker's confirmations.
-        ``confirm=False``: send the deletes without waiting (see ``Message.delete``)."""
-        if confirm:
-            await self._confirm_many([(message._reply, b"+ACK") for message in messages], timeout)
-        else:
-            await self._send_unconfirmed([message._reply for message in messages])
-
-    async def _send_unconfirmed(self, replies: list[str]) -> None:
-        self._check_open()
-        for reply in replies:
-            await self._nc.publish(reply, b"+ACK")
-
     # -- lifecycle --------------------------------------------------------------------------------
 
     def _stop_waiting(self, token: Any, broken: asyncio.Future[Any]) -> None:
@@ -601,8 +526,8 @@ class Queue:
         if self._closed:
             return
         self._closed = True
-        prefetches = list(self._prefetches)
-        for task in prefetches:  # an iteration left early: its next batch is not wanted
+        prefetches = [*self._prefetches, *self._keepers]
+        for task in prefetches:  # an iteration left early: its next batch is not wanted; leases lapse
             task.cancel()
         await asyncio.gather(*prefetches, return_exceptions=True)
         self._fail_all(RuntimeError("Client is closed."))

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Iterator
+from pathlib import Path
 from typing import Any, Optional, TypeVar
 
 from .credentials import Credentials
-from .message import PeekedMessage
-from .queue import Message, Queue, connect
+from .inspecting import DeadLetter
+from .message import Message, PeekedMessage
+from .queue import Queue, connect
 
 T = TypeVar("T")
 
@@ -33,36 +35,60 @@ class _Loop:
 
 
 class SyncMessage:
-    """A received message; the same verbs as ``Message``, blocking."""
+    """A received message; the same fields and verbs as ``Message``, blocking."""
 
     def __init__(self, message: Message, loop: _Loop) -> None:
         self.message = message
         self._loop = loop
 
-    body = property(lambda self: self.message.body)
-    data = property(lambda self: self.message.data)
-    headers = property(lambda self: self.message.headers)
-    receive_count = property(lambda self: self.message.receive_count)
-    sequence = property(lambda self: self.message.sequence)
-    sent_at = property(lambda self: self.message.sent_at)
+    def __getattr__(self, name: str) -> Any:  # body, id, attempts, enqueued_at, lease_expires_at, …
+        return getattr(self.message, name)
 
-    def delete(self) -> None:
-        self._loop.run(self.message.delete())
+    def __repr__(self) -> str:
+        return f"Sync{self.message!r}"
 
-    def nack(self, delay: Optional[float] = None, error: Optional[str] = None) -> None:
-        self._loop.run(self.message.nack(delay, error))
+    def ack(self, *, confirm: bool = True) -> None:
+        self._loop.run(self.message.ack(confirm=confirm))
+
+    delete = ack
+
+    def nack(self, delay_s: Optional[float] = None, error: Optional[str] = None) -> None:
+        self._loop.run(self.message.nack(delay_s, error))
+
+    def release(self, delay_s: float = 0.0) -> None:
+        self._loop.run(self.message.release(delay_s))
 
     def reject(self, error: Optional[str] = None) -> str:
         return self._loop.run(self.message.reject(error))
 
-    def extend(self) -> None:
-        self._loop.run(self.message.extend())
+    def extend(self, lease_s: Optional[float] = None) -> None:
+        self._loop.run(self.message.extend(lease_s))
+
+
+class SyncDeadLetter:
+    """One of the queue's dead letters; ``retry()`` and ``discard()`` block."""
+
+    def __init__(self, letter: DeadLetter, loop: _Loop) -> None:
+        self.letter = letter
+        self._loop = loop
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.letter, name)
+
+    def retry(self) -> int:
+        return self._loop.run(self.letter.retry())
+
+    def discard(self) -> None:
+        self._loop.run(self.letter.discard())
 
 
 class SyncQueue:
     def __init__(self, queue: Queue, loop: _Loop) -> None:
         self.queue = queue
         self._loop = loop
+
+    def put(self, body: Any, **kwargs: Any) -> int:
+        return self._loop.run(self.queue.put(body, **kwargs))
 
     def send(self, body: Any, **kwargs: Any) -> int:
         return self._loop.run(self.queue.send(body, **kwargs))
@@ -79,8 +105,40 @@ class SyncQueue:
     def peek(self, limit: int = 10) -> list[PeekedMessage]:
         return self._loop.run(self.queue.peek(limit))
 
-    def receive(self, batch: int = 1, wait: float = 5.0) -> list[SyncMessage]:
-        return [SyncMessage(m, self._loop) for m in self._loop.run(self.queue.receive(batch, wait))]
+    def receive(self, batch: int = 1, wait: float = 5.0, **kwargs: Any) -> list[SyncMessage]:
+        return [SyncMessage(m, self._loop) for m in self._loop.run(self.queue.receive(batch, wait, **kwargs))]
+
+    def get(self, timeout_s: float = 20.0, **kwargs: Any) -> Optional[SyncMessage]:
+        message = self._loop.run(self.queue.get(timeout_s, **kwargs))
+        return SyncMessage(message, self._loop) if message is not None else None
+
+    def iterate(self, **kwargs: Any) -> Iterator[SyncMessage]:
+        """The blocking twin of ``Queue.iterate``: a plain generator."""
+        messages = self.queue.iterate(**kwargs)
+        try:
+            while True:
+                try:
+                    message = self._loop.run(messages.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield SyncMessage(message, self._loop)
+        finally:
+            self._loop.run(messages.aclose())
+
+    def depth_history(self, hours: int = 24) -> list[dict[str, Any]]:
+        return self._loop.run(self.queue.depth_history(hours))
+
+    def dead_letters(self, limit: int = 10) -> list[SyncDeadLetter]:
+        return [SyncDeadLetter(letter, self._loop) for letter in self._loop.run(self.queue.dead_letters(limit))]
+
+    def export(self, path: str | Path) -> dict[str, int]:
+        return self._loop.run(self.queue.export(path))
+
+    def clear(self) -> dict[str, int]:
+        return self._loop.run(self.queue.clear())
+
+    def metrics(self) -> dict[str, int]:
+        return self._loop.run(self.queue.metrics())
 
     def close(self) -> None:
         try:

@@ -21,9 +21,10 @@ reported and when it was dead-lettered; then delete it from the source; then cou
 ack the advisory. A queue without a DLQ has the message discarded after its last receive,
 counted as discarded.
 
-Apps report errors by publishing a note to ``enclave.errors.<seq>`` in their own account (the
-SDK's ``nack(error=)``); the broker stores it in the control account's ``ENCLAVE_ERRORS``
-stream, one note per message, even while the control process is down. ``reject`` asks this
+Apps report errors by publishing a note to ``enclave.errors.<message id>`` in their own account
+(the SDK's ``nack(error=)``; the id is the sequence, or for a copy made by ``release`` its
+original's); the broker stores it in the control account's ``ENCLAVE_ERRORS`` stream, one note
+per message, even while the control process is down. ``reject`` asks this
 process (``enclave.reject`` -> ``deadletter.<id>``) to move a message at once.
 """
 
@@ -42,9 +43,11 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
+from .. import envelope
 from ..auth.users import CONSUMER, stream_name
 from ..broker.config import advisory_subject, errors_subject, jsapi_prefix, send_subject
 from ..broker.connection import BrokerConnection, delete_message, ensure_stream, retry_unavailable
+from ..envelope import one_line
 from ..errors import EnclaveError, publish_refused
 from ..spec import queue_key, subject_for
 from ..state.kv import Store
@@ -59,7 +62,6 @@ ADVISORY_SUBJECTS = [advisory_subject("*", "MAX_DELIVERIES")]
 ERRORS_STREAM = "ENCLAVE_ERRORS"
 MOVER = "mover"
 KEEP_SECONDS = 14 * 24 * 3600.0  #: advisories and error notes live as long as the longest retention
-MAX_ERROR_BYTES = 1024  #: an error note is cut to this many bytes
 PROBE = json.dumps({"batch": 1, "no_wait": True, "max_bytes": 1}).encode()
 #: fault injection for the tests: "exit-after-dlq-publish" kills the process between the copy to
 #: the dead-letter queue and the delete from the source, as a crash would
@@ -85,13 +87,8 @@ class MoveError(EnclaveError):
 def clean_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
     """A stored message's own headers, without the broker's (``Nats-*``) and ours."""
     return {k: v for k, v in (headers or {}).items()
-            if not k.startswith("Nats-") and k not in ENCLAVE_HEADERS and k not in ("Status", "Description")}
-
-
-def one_line(text: str) -> str:
-    """Header values cannot hold line breaks; error notes are cut to MAX_ERROR_BYTES."""
-    flat = " ".join(text.split())
-    return flat.encode()[:MAX_ERROR_BYTES].decode(errors="ignore")
+            if not k.startswith("Nats-") and k not in ENCLAVE_HEADERS and k not in envelope.SYSTEM_HEADERS
+            and k not in ("Status", "Description")}
 
 
 def stored_at(msg: api.RawStreamMsg) -> str:
@@ -170,11 +167,12 @@ class DeadLetters:
 
     # -- moving ---------------------------------------------------------------------------------
 
-    async def last_error(self, queue_id: str, seq: int) -> Optional[str]:
-        """The last error an app reported for message ``seq`` of the queue, if any."""
+    async def last_error(self, queue_id: str, message_id: int) -> Optional[str]:
+        """The last error an app reported for message ``message_id`` of the queue, if any (notes are
+        kept by message id, so a copy made by ``release`` keeps its original's)."""
         try:
-            note = await retry_unavailable(
-                lambda: self.conn.js.get_msg(ERRORS_STREAM, subject=errors_subject(queue_id, seq), direct=True))
+            note = await retry_unavailable(lambda: self.conn.js.get_msg(
+                ERRORS_STREAM, subject=errors_subject(queue_id, message_id), direct=True))
         except nats.js.errors.NotFoundError:
             return None
         return one_line((note.data or b"").decode(errors="replace")) or None
@@ -195,13 +193,15 @@ class DeadLetters:
         except nats.js.errors.NotFoundError:
             return "gone"
         spec = record.spec
+        own = dict(msg.headers or {})
+        noted_as = envelope.message_id(own, seq)  #: error notes are kept by message id
         noted: Optional[str] = None
         if spec.dead_letter_queue:
             found = await self.store.queues.get(queue_key(spec.project, spec.dead_letter_queue))
             if found is None or found[0].deleting:
                 raise MoveError(f"Dead-letter queue '{spec.dead_letter_queue}' of queue '{spec.name}' does not exist.")
             dlq = found[0]
-            noted = await self.last_error(record.id, seq)
+            noted = await self.last_error(record.id, noted_as)
             reason = error if error is not None else noted
             headers = {
                 **clean_headers(msg.headers),
@@ -209,8 +209,9 @@ class DeadLetters:
                 SOURCE_QUEUE: spec.name,
                 SOURCE_PROJECT: spec.project,
                 SOURCE_SEQUENCE: str(seq),
-                RECEIVE_COUNT: str(receive_count if receive_count is not None else spec.max_receives),
-                FIRST_ENQUEUED: stored_at(msg),
+                RECEIVE_COUNT: str((receive_count if receive_count is not None else spec.max_receives)
+                                   + envelope.prior_attempts(own)),
+                FIRST_ENQUEUED: own.get(envelope.ENQUEUED_AT) or stored_at(msg),
                 DEAD_LETTERED_AT: datetime.now(UTC).isoformat(),
             }
             if reason:
@@ -230,7 +231,7 @@ class DeadLetters:
         await delete_message(source, stream, seq)
         if spec.dead_letter_queue is None or noted is not None:  # the note has served; without a DLQ, unread
             with contextlib.suppress(nats.js.errors.NotFoundError, nats.errors.Error):
-                await self.conn.js.purge_stream(ERRORS_STREAM, subject=errors_subject(record.id, seq))
+                await self.conn.js.purge_stream(ERRORS_STREAM, subject=errors_subject(record.id, noted_as))
         await self.store.count(record.key, "dead_lettered" if outcome == "moved" else "discarded")
         if outcome == "moved":
             self.moved += 1
@@ -333,10 +334,13 @@ class DeadLetters:
             if record is None or record.deleting:
                 raise EnclaveError("The queue does not exist any more.")
             seq, error = int(body["seq"]), body.get("error") or None
+            noted_as = int(body.get("id") or seq)
             if error:  # kept as the message's note, should this move fail and a later one happen
-                await retry_unavailable(lambda: self.conn.js.publish(errors_subject(record.id, seq),
+                await retry_unavailable(lambda: self.conn.js.publish(errors_subject(record.id, noted_as),
                                                                      one_line(error).encode()))
             outcome = await self.move(record, seq, body.get("receive_count"), error)
+            if outcome != "gone":
+                await self.store.count(record.key, "rejected")
             reply: dict[str, Any] = {"result": outcome}
         except Exception as exc:  # answered to the app, which raises it
             reply = {"error": str(exc) or type(exc).__name__}

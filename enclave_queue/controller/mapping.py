@@ -6,6 +6,10 @@ publish to a full stream with err_code 10077, "maximum messages exceeded"). The 
 one durable pull consumer all workers share; ``ack_wait`` is the visibility timeout and
 ``max_deliver`` the number of receives allowed. ``allow_atomic`` lets ``put_many`` store a batch
 all or none (``Nats-Batch-*`` headers; a stream without it answers err_code 10174).
+``allow_msg_schedules`` stores delayed messages as schedules on ``<subject>.delay.<token>``, a
+stream subject outside the consumer's filter (envelope.py). The server allows schedules only
+with discard old and never turns them off, so a queue has either ``max_messages`` (discard new)
+or delayed messages (spec.LIMIT_RULE).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from nats.js import api
 
 from ..auth.users import CONSUMER, stream_name
+from ..envelope import delay_subjects
 from ..spec import HEADER_ROOM, LIMITS, QueueSpec, subject_for
 
 #: leased-but-not-deleted messages per queue (the server's default of 1000 is low for a queue)
@@ -28,7 +33,7 @@ IMMUTABLE_STREAM = frozenset({"retention", "storage"})
 IMMUTABLE_CONSUMER = frozenset({"ack_policy", "deliver_policy"})
 
 STREAM_FIELDS = ("subjects", "retention", "storage", "discard", "max_age", "max_msg_size", "allow_direct",
-                 "max_msgs", "max_bytes", "duplicate_window", "allow_atomic")
+                 "max_msgs", "max_bytes", "duplicate_window", "allow_atomic", "allow_msg_schedules")
 CONSUMER_FIELDS = ("ack_policy", "deliver_policy", "ack_wait", "max_deliver", "max_ack_pending", "filter_subject",
                    "backoff")
 
@@ -36,16 +41,19 @@ CONSUMER_FIELDS = ("ack_policy", "deliver_policy", "ack_wait", "max_deliver", "m
 def stream_config(queue_id: str, spec: QueueSpec) -> api.StreamConfig:
     return api.StreamConfig(
         name=stream_name(queue_id),
-        subjects=[subject_for(spec.project, spec.name)],
+        subjects=[subject_for(spec.project, spec.name), delay_subjects(subject_for(spec.project, spec.name))],
         retention=api.RetentionPolicy.WORK_QUEUE,
         storage=api.StorageType.FILE,
-        discard=api.DiscardPolicy.NEW,
+        # a limit refuses new messages; without one, delayed messages (schedules, which the
+        # server allows only with discard old: nothing is discarded without a limit)
+        discard=api.DiscardPolicy.NEW if spec.max_messages else api.DiscardPolicy.OLD,
         max_age=float(spec.retention_hours * 3600),
         max_msg_size=spec.max_message_bytes + HEADER_ROOM,
         max_msgs=spec.max_messages or -1,  # with discard new: a full queue refuses (err_code 10077)
         max_bytes=-1,
         allow_direct=True,
         allow_atomic=True,  # put_many: atomic batch publish (nats-server 2.12+); an older stream gets it as drift
+        allow_msg_schedules=not spec.max_messages,  # put(delay_s=): one-shot schedules (nats-server 2.12+)
         duplicate_window=float(spec.dedupe_window_seconds),
         num_replicas=1,
     )

@@ -112,3 +112,8 @@ class QueueCounters(BaseModel):
     dead_lettered: int = 0  #: moved to the dead-letter queue
     discarded: int = 0  #: dropped after the last receive (no dead-letter queue)
     nacked: int = 0  #: handed back by a worker (controller/naks.py; the last few seconds are added late)
+    rejected: int = 0  #: dead-lettered at once by a worker (``reject``)
+    released: int = 0  #: handed back by a worker without spending an attempt (``release``: a copy replaces it)
+    expired: int = 0  #: dropped unrun at their start deadline (``put(ttl_s=)``)
+    cleared: int = 0  #: removed by ``clear`` (waiting and delayed ones)
+    scheduled: int = 0  #: delayed messages stored as schedules and not cleared (each is removed when it fires)

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from enclave_queue.client import connect
-from enclave_queue.errors import Conflict, QueueFull
+from enclave_queue.errors import Conflict, QueueFull, SpecError
 from tests.cli.test_cli import run
 from tests.helpers import make_queue, stream_config
 
@@ -62,11 +62,11 @@ def test_a_full_queue_from_the_cli_is_one_error_line_and_exit_8(stack, unique_na
 
 
 async def test_capacity_and_dedupe_window_change_in_place_on_the_broker(stack, unique_name):
-    creds = make_queue(stack, unique_name, retention_hours=2)
+    creds = make_queue(stack, unique_name, retention_hours=2, max_messages=50)
     with stack.admin() as admin:
         queue_id = admin.get_queue("default", unique_name)["id"]
     config = await stream_config(stack, queue_id)
-    assert (config.max_msgs, config.duplicate_window) == (-1, 3600)  # no limit; the default window
+    assert (config.max_msgs, config.duplicate_window) == (50, 3600)  # the default window
     async with connect(creds) as queue:
         await queue.send_batch(["a", "b", "c"])
         with stack.admin() as admin:
@@ -83,8 +83,13 @@ async def test_capacity_and_dedupe_window_change_in_place_on_the_broker(stack, u
             admin.update_queue("default", unique_name, {"max_messages": 0, "dedupe_window_seconds": 3600})
             admin.wait_ready("default", unique_name)
         config = await stream_config(stack, queue_id)
-        assert (config.max_msgs, config.duplicate_window) == (-1, 3600)
+        assert (config.max_msgs, config.duplicate_window, config.allow_msg_schedules) == (-1, 3600, True)
         await queue.send("d")
+        await queue.put("e", delay_s=60)  # without a limit it takes delayed messages …
+        with stack.admin() as admin, pytest.raises(SpecError) as refused:
+            admin.update_queue("default", unique_name, {"max_messages": 2})  # … so no limit comes back
+        assert refused.value.errors[0]["field"] == "max_messages"
+        assert "cannot be set in place" in refused.value.errors[0]["message"]
 
 
 def test_capacity_and_dedupe_window_from_the_cli_and_the_cross_field_rule(stack, unique_name):

@@ -62,7 +62,7 @@ async def test_plan_then_apply_in_a_fresh_process_creates_the_queue_on_the_broke
 
 
 async def test_an_in_place_update_changes_the_broker_objects(stack, tofu, unique_name):
-    state = tofu.create(Q, name=unique_name, max_receives=4)
+    state = tofu.create(Q, name=unique_name, max_receives=4, max_messages=10)
     config = tofu.config(Q, name=unique_name, max_receives=6, visibility_timeout_seconds=12, retention_hours=5,
                          retry_backoff_seconds=[2, 9], max_messages=50, dedupe_window_seconds=120)
     plan = tofu.plan(Q, state, config)

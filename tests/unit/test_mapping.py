@@ -18,12 +18,14 @@ from enclave_queue.spec import HEADER_ROOM, QueueSpec
 def test_stream_config(spec, max_age, max_msg_size):
     config = mapping.stream_config("qabc", spec)
     assert config.name == "QABC"
-    assert config.subjects == ["queue.default.emails"]
+    # the queue, and its delayed messages' schedules (stored, but outside the consumer's filter)
+    assert config.subjects == ["queue.default.emails", "queue.default.emails.delay.*"]
     assert config.retention == api.RetentionPolicy.WORK_QUEUE
     assert config.storage == api.StorageType.FILE
-    assert config.discard == api.DiscardPolicy.NEW
     assert config.allow_direct is True
     assert config.allow_atomic is True  # put_many's all-or-none batches
+    # no max_messages: delayed messages (put(delay_s=)) as schedules, which need discard old
+    assert (config.allow_msg_schedules, config.discard) == (True, api.DiscardPolicy.OLD)
     assert config.max_age == max_age
     assert config.max_msg_size == max_msg_size + HEADER_ROOM  # the body's limit, plus room for headers
 
@@ -40,7 +42,8 @@ def test_stream_capacity_and_dedupe_window(spec, max_msgs, duplicate_window):
     config = mapping.stream_config("qabc", spec)
     assert config.max_msgs == max_msgs  # 0 = no limit is the broker's -1
     assert config.duplicate_window == duplicate_window
-    assert config.discard == api.DiscardPolicy.NEW  # a full queue refuses the new message, keeps the old ones
+    if spec.max_messages:  # a full queue refuses the new message, keeps the old ones; no schedules then
+        assert (config.discard, config.allow_msg_schedules) == (api.DiscardPolicy.NEW, False)
 
 
 @pytest.mark.parametrize(
@@ -68,7 +71,8 @@ def test_drift_names_the_fields_that_differ():
     changed = mapping.stream_config("qabc", QueueSpec(name="emails", retention_hours=2, max_message_bytes=2048))
     assert mapping.drift(changed, want, mapping.STREAM_FIELDS) == ["max_age", "max_msg_size"]
     resized = mapping.stream_config("qabc", QueueSpec(name="emails", max_messages=5, dedupe_window_seconds=60))
-    assert mapping.drift(resized, want, mapping.STREAM_FIELDS) == ["max_msgs", "duplicate_window"]
+    assert mapping.drift(resized, want, mapping.STREAM_FIELDS) == ["discard", "max_msgs", "duplicate_window",
+                                                                   "allow_msg_schedules"]
     older = mapping.stream_config("qabc", QueueSpec(name="emails"))
     older.allow_atomic = None  # a stream made before put_many: the broker leaves the field out
     assert mapping.drift(older, want, mapping.STREAM_FIELDS) == ["allow_atomic"]

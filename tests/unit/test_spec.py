@@ -35,7 +35,8 @@ def test_lowering_the_retention_below_the_dedupe_window_is_refused():
 
 
 def test_capacity_and_dedupe_window_change_in_place():
-    changed = parse_patch({"max_messages": 10, "dedupe_window_seconds": 2}).apply(QueueSpec(name="emails"))
+    changed = parse_patch({"max_messages": 10, "dedupe_window_seconds": 2}).apply(
+        QueueSpec(name="emails", max_messages=3))
     assert (changed.max_messages, changed.dedupe_window_seconds) == (10, 2)
     assert {"max_messages", "dedupe_window_seconds"} <= set(changed.settings())
     with pytest.raises(SpecError, match=r"^max_messages cannot be null; it must be an integer from 0 to 10000000\.$"):
@@ -139,3 +140,15 @@ def test_backoff_must_be_shorter_than_max_receives():
     parse_spec({"name": "emails", "max_receives": 4, "retry_backoff_seconds": [1, 2, 3]})
     with pytest.raises(SpecError, match="fewer entries than max_receives"):
         parse_spec({"name": "emails", "max_receives": 3, "retry_backoff_seconds": [1, 2, 3]})
+
+
+def test_a_limit_cannot_be_set_in_place_on_a_queue_without_one_but_can_change_or_go():
+    unlimited = QueueSpec(name="emails")
+    with pytest.raises(SpecError) as refused:
+        QueuePatch(max_messages=5).apply(unlimited)
+    assert refused.value.errors[0]["field"] == "max_messages"
+    assert "takes delayed messages" in refused.value.message
+    assert QueuePatch(max_messages=0).apply(unlimited).max_messages == 0  # no change: fine
+    limited = QueueSpec(name="emails", max_messages=10)
+    assert QueuePatch(max_messages=3).apply(limited).max_messages == 3
+    assert QueuePatch(max_messages=0).apply(limited).max_messages == 0

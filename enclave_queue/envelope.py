@@ -1,0 +1,172 @@
+"""What a message carries beyond its body, and the rules of the put options (pure functions).
+
+Subjects, inside a queue's own account:
+
+- ``queue.<project>.<name>``: the queue. Its consumer delivers exactly this subject.
+- ``queue.<project>.<name>.delay.<token>``: one delayed message, stored as a JetStream message
+  schedule (``Nats-Schedule: @at <time>``, ``Nats-Schedule-Target: <queue subject>``; stream
+  ``allow_msg_schedules``). The stream stores it, the consumer does not see it; when it is due
+  the broker publishes a copy, with the schedule's headers, to the queue subject and removes the
+  schedule. One subject per message, because a schedule subject holds one schedule.
+
+Headers (besides the sender's and ``Content-Type``):
+
+- ``Enclave-Id``: the message's id when it is not the sequence it is stored at: a copy made by
+  ``release`` keeps the id of the message it replaces.
+- ``Enclave-Prior-Attempts``: attempts spent before this copy was stored (``release`` refunds the
+  attempt it ends, so the copy starts where the original stood).
+- ``Enclave-Enqueued-At``: when the message was first put (RFC 3339), on copies.
+- ``Enclave-Deadline``: the start deadline of a put with ``ttl_s`` (RFC 3339): a message not
+  taken by then is dropped unrun and counted as expired.
+- ``Enclave-Last-Error``: the last error of the message a copy replaces.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any, Optional
+
+from .errors import SpecError
+
+ID = "Enclave-Id"
+PRIOR_ATTEMPTS = "Enclave-Prior-Attempts"
+ENQUEUED_AT = "Enclave-Enqueued-At"
+DEADLINE = "Enclave-Deadline"
+LAST_ERROR = "Enclave-Last-Error"
+SCHEDULE = "Nats-Schedule"
+SCHEDULE_TARGET = "Nats-Schedule-Target"
+SCHEDULER = "Nats-Scheduler"  #: the broker's header on a copy made by a schedule: the schedule's subject
+
+#: headers the broker or this package set; a copy of a message drops them and sets its own
+SYSTEM_HEADERS = frozenset({ID, PRIOR_ATTEMPTS, ENQUEUED_AT, DEADLINE, LAST_ERROR, SCHEDULE, SCHEDULE_TARGET,
+                            SCHEDULER, "Nats-Schedule-Next", "Nats-Msg-Id", "Nats-TTL"})
+
+DELAY_TOKEN = "delay"
+MAX_DELAY = 7 * 86400  #: seconds a put may be delayed
+MAX_TTL = 14 * 86400  #: seconds of a start deadline (the longest retention)
+MIN_LEASE, MAX_LEASE = 1, 43200  #: seconds a lease may last (the visibility timeout's range)
+MAX_ERROR_BYTES = 1024  #: an error note is cut to this size
+
+DELAY_RULE = f"a number of seconds from 0 to {MAX_DELAY} (7 days)"
+TTL_RULE = f"a number of seconds from 1 to {MAX_TTL} (14 days), more than delay_s"
+LEASE_RULE = f"a number of seconds from {MIN_LEASE} to {MAX_LEASE} (12 hours)"
+
+
+def delay_subject(subject: str, token: str) -> str:
+    """The schedule subject of one delayed message of the queue on ``subject``."""
+    return f"{subject}.{DELAY_TOKEN}.{token}"
+
+
+def delay_subjects(subject: str) -> str:
+    """Every delayed message's subject of the queue on ``subject`` (a stream subject)."""
+    return f"{subject}.{DELAY_TOKEN}.*"
+
+
+def rfc3339(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: Optional[str]) -> Optional[datetime]:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def _refuse(field: str, rule: str, got: Any) -> SpecError:
+    return SpecError(f"{field} must be {rule} (got {got!r}).", errors=[{"field": field, "message": f"must be {rule} (got {got!r})"}])
+
+
+def _seconds(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def check_delay(delay_s: Any) -> float:
+    seconds = _seconds(delay_s)
+    if seconds is None or not 0 <= seconds <= MAX_DELAY:
+        raise _refuse("delay_s", DELAY_RULE, delay_s)
+    return seconds
+
+
+def check_ttl(ttl_s: Any, delay_s: float = 0.0) -> float:
+    seconds = _seconds(ttl_s)
+    if seconds is None or not 1 <= seconds <= MAX_TTL or seconds <= delay_s:
+        raise _refuse("ttl_s", TTL_RULE, ttl_s)
+    return seconds
+
+
+def check_lease(lease_s: Any, field: str = "lease_s") -> float:
+    seconds = _seconds(lease_s)
+    if seconds is None or not MIN_LEASE <= seconds <= MAX_LEASE:
+        raise _refuse(field, LEASE_RULE, lease_s)
+    return seconds
+
+
+def schedule_headers(target: str, due: datetime) -> dict[str, str]:
+    """The headers that make a stored message a one-shot schedule firing at ``due`` into ``target``."""
+    return {SCHEDULE: f"@at {rfc3339(due)}", SCHEDULE_TARGET: target}
+
+
+def due_at(headers: dict[str, str]) -> Optional[datetime]:
+    """When a stored schedule fires (its ``@at`` time), or None for anything else."""
+    schedule = headers.get(SCHEDULE, "")
+    return parse_time(schedule[4:]) if schedule.startswith("@at ") else None
+
+
+def deadline_of(headers: dict[str, str]) -> Optional[datetime]:
+    return parse_time(headers.get(DEADLINE))
+
+
+def put_headers(now: datetime, *, delay_s: float = 0.0, ttl_s: Optional[float] = None) -> dict[str, str]:
+    """The headers a put with these options adds (no schedule ones): the deadline, and for a
+    delayed message its put time (the copy the schedule makes is stored when it is due)."""
+    headers = {}
+    if ttl_s is not None:
+        headers[DEADLINE] = rfc3339(now + timedelta(seconds=ttl_s))
+    if delay_s > 0:
+        headers[ENQUEUED_AT] = rfc3339(now)
+    return headers
+
+
+#: err_code of a publish whose ``Nats-Expected-Last-Sequence`` was not the stream's last sequence
+WRONG_LAST_SEQUENCE = 10071
+
+
+def expected_id_headers(last_seq: int) -> dict[str, str]:
+    """Headers that store a message only as sequence ``last_seq + 1``, naming that as its id: a
+    delayed message's schedule carries the id its copy will have (the copy is stored later, at a
+    sequence of its own). Refused with WRONG_LAST_SEQUENCE when someone else stored first."""
+    return {"Nats-Expected-Last-Sequence": str(last_seq), ID: str(last_seq + 1)}
+
+
+def actual_last_sequence(error: dict[str, Any]) -> Optional[int]:
+    """The stream's last sequence from a WRONG_LAST_SEQUENCE refusal ("wrong last sequence: 42")."""
+    if error.get("err_code") != WRONG_LAST_SEQUENCE:
+        return None
+    tail = str(error.get("description", "")).rsplit(":", 1)[-1].strip()
+    return int(tail) if tail.isdigit() else None
+
+
+def one_line(text: str) -> str:
+    """An error note as kept: one line, at most MAX_ERROR_BYTES bytes of UTF-8."""
+    return " ".join(text.split()).encode()[:MAX_ERROR_BYTES].decode(errors="ignore")
+
+
+def message_id(headers: dict[str, str], sequence: int) -> int:
+    """A message's id: its ``Enclave-Id`` if it is a copy, else the sequence it is stored at."""
+    try:
+        return int(headers.get(ID) or sequence)
+    except ValueError:
+        return sequence
+
+
+def prior_attempts(headers: dict[str, str]) -> int:
+    try:
+        return max(int(headers.get(PRIOR_ATTEMPTS) or 0), 0)
+    except ValueError:
+        return 0

@@ -1,0 +1,93 @@
+"""get (a long poll) and iterate (async and sync generators), against the real broker."""
+
+import asyncio
+import time
+
+import pytest
+
+from enclave_queue.client import connect, connect_sync
+from enclave_queue.errors import SpecError
+from tests.helpers import make_queue
+
+
+async def test_a_long_poll_returns_as_soon_as_a_message_arrives(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as worker, connect(creds) as producer:
+        started = time.monotonic()
+        polling = asyncio.ensure_future(worker.get(timeout_s=30))
+        await asyncio.sleep(0.5)
+        assert not polling.done()  # it waits …
+        await producer.put({"n": 1})
+        message = await asyncio.wait_for(polling, 10)  # … and returns with the message, not at 30 s
+        assert message is not None and message.body == {"n": 1}
+        assert time.monotonic() - started < 30
+        await message.ack()
+
+
+async def test_get_returns_none_when_nothing_arrives_and_refuses_a_wait_over_a_minute(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        assert await queue.get(timeout_s=0.3) is None
+        assert await queue.get(timeout_s=0) is None
+        for bad in (-1, 61, "5"):
+            with pytest.raises(SpecError) as refused:
+                await queue.get(timeout_s=bad)
+            assert refused.value.errors[0]["field"] == "timeout_s" and "from 0 to 60" in refused.value.message
+        with pytest.raises(SpecError, match=r"lease_s must be a number of seconds from 1 to 43200"):
+            await queue.get(timeout_s=0.1, lease_s=43201)
+
+
+async def test_stop_when_empty_ends_while_a_message_is_leased_elsewhere_or_delayed(stack, unique_name):
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=60)
+    async with connect(creds) as other, connect(creds) as worker:
+        await other.put("held")
+        held = await other.get(timeout_s=2)
+        assert held is not None  # leased by another worker
+        await worker.put("later", delay_s=60)  # and one not due for a minute
+        await worker.put_many(["a", "b", "c"])
+        seen = []
+        async for message in worker.iterate(stop_when_empty=True, batch=2):
+            seen.append(message.body)
+            await message.ack()
+        assert seen == ["a", "b", "c"]  # ended, though two messages are still on the queue:
+        assert await worker.len() == 1  # the delayed one (len leaves the leased one out)
+        await held.ack()
+
+
+async def test_iterate_keeps_waiting_for_new_messages_until_the_caller_stops(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as worker, connect(creds) as producer:
+        seen = []
+
+        async def consume() -> None:
+            async for message in worker.iterate(lease_s=5):
+                seen.append(message.body)
+                await message.ack()
+                if len(seen) == 2:
+                    return
+
+        consuming = asyncio.ensure_future(consume())
+        await producer.put("first")
+        await asyncio.sleep(0.3)
+        await producer.put("second")  # arrives while iterate waits: it keeps going
+        await asyncio.wait_for(consuming, 10)
+        assert seen == ["first", "second"]
+
+
+def test_the_sync_iterate_and_get(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    with connect_sync(creds) as queue:
+        queue.send_batch([1, 2, 3])
+        bodies = []
+        for message in queue.iterate(stop_when_empty=True):
+            bodies.append(message.body)
+            message.ack()
+        assert bodies == [1, 2, 3]
+        queue.put("x")
+        message = queue.get(timeout_s=2)
+        assert message is not None and (message.body, message.attempts) == ("x", 1)
+        message.release()
+        again = queue.get(timeout_s=2)
+        assert again is not None and again.id == message.id and again.attempts == 1
+        again.ack()
+        assert queue.get(timeout_s=0.2) is None
