@@ -32,6 +32,8 @@ test: $(STAMP) chromium
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench.iterate
+	$(BIN)/python -m bench.delays
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+import json as jsonlib
 import shlex
 import sys
+from collections import Counter
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from typer.exceptions import TyperException
 
 from enclave_queue.admin import AdminClient
 from enclave_queue.settings import ClientSettings
@@ -27,6 +32,7 @@ MaxMessageBytes = Annotated[Optional[int], typer.Option("--max-message-bytes", h
 MaxMessages = Annotated[Optional[int], typer.Option("--max-messages", help="Messages the queue holds at most (0–10000000; 0 = no limit); a full queue refuses new ones.")]
 DedupeWindow = Annotated[Optional[int], typer.Option("--dedupe-window-seconds", help="Seconds a dedupe key is remembered (1–86400, at most the retention; default 3600).")]
 RetryBackoff = Annotated[Optional[str], typer.Option("--retry-backoff-seconds", help="Seconds before each retry, comma-separated (e.g. 5,30,120; the last repeats).")]
+Priorities = Annotated[bool, typer.Option("--priorities", help="Messages may carry a priority (0–9, higher taken first). Once on it cannot be turned off: there is no option to.")]
 
 
 def backoff_list(text: Optional[str]) -> Optional[list[object]]:
@@ -58,7 +64,7 @@ def create(
     visibility_timeout_seconds: VisibilityTimeout = None, max_receives: MaxReceives = None,
     dead_letter_queue: DeadLetterQueue = None, retention_hours: RetentionHours = None,
     max_message_bytes: MaxMessageBytes = None, retry_backoff_seconds: RetryBackoff = None,
-    max_messages: MaxMessages = None, dedupe_window_seconds: DedupeWindow = None,
+    max_messages: MaxMessages = None, dedupe_window_seconds: DedupeWindow = None, priorities: Priorities = False,
     wait: Wait = False, json: Json = False,
 ) -> None:
     """Create a queue."""
@@ -67,7 +73,7 @@ def create(
         name=name, visibility_timeout_seconds=visibility_timeout_seconds, max_receives=max_receives,
         dead_letter_queue=dead_letter_queue, retention_hours=retention_hours, max_message_bytes=max_message_bytes,
         retry_backoff_seconds=backoff_list(retry_backoff_seconds), max_messages=max_messages,
-        dedupe_window_seconds=dedupe_window_seconds,
+        dedupe_window_seconds=dedupe_window_seconds, priorities=priorities or None,
     )
     with api() as client:
         queue = client.create_queue(project, spec)
@@ -115,7 +121,7 @@ def update(
     retention_hours: RetentionHours = None, max_message_bytes: MaxMessageBytes = None,
     retry_backoff_seconds: RetryBackoff = None,
     no_retry_backoff: Annotated[bool, typer.Option("--no-retry-backoff", help="Remove the retry schedule.")] = False,
-    max_messages: MaxMessages = None, dedupe_window_seconds: DedupeWindow = None,
+    max_messages: MaxMessages = None, dedupe_window_seconds: DedupeWindow = None, priorities: Priorities = False,
     wait: Wait = False, json: Json = False,
 ) -> None:
     """Change a queue's settings in place."""
@@ -124,7 +130,7 @@ def update(
         visibility_timeout_seconds=visibility_timeout_seconds, max_receives=max_receives,
         dead_letter_queue=dead_letter_queue, retention_hours=retention_hours, max_message_bytes=max_message_bytes,
         retry_backoff_seconds=backoff_list(retry_backoff_seconds), max_messages=max_messages,
-        dedupe_window_seconds=dedupe_window_seconds,
+        dedupe_window_seconds=dedupe_window_seconds, priorities=priorities or None,
     )
     if no_dead_letter_queue:
         changes["dead_letter_queue"] = None
@@ -177,15 +183,18 @@ def send(
     body: Annotated[str, typer.Argument(help="Message body (text; '-' reads standard input).")],
     project: Project = None, json: Json = False,
     dedupe_key: Annotated[Optional[str], typer.Option("--dedupe-key", help="1–128 characters; a key sent again within the queue's dedupe window adds nothing.")] = None,
+    delay: Annotated[float, typer.Option("--delay", metavar="SECONDS", help="Seconds before the message can be received (0–604800).")] = 0.0,
 ) -> None:
     """Send one message by hand."""
     text = sys.stdin.read() if body == "-" else body
     with api() as client:
-        result = client.send(project_of(project), name, text, dedupe_key=dedupe_key)
+        result = client.send(project_of(project), name, text, dedupe_key=dedupe_key, delay=delay)
     if json:
         print_json(result)
     elif result.get("duplicate"):
         out.print(f"Duplicate of message {result['sequence']} in '{name}' (dedupe key already sent); nothing added.")
+    elif result.get("delayed_until"):
+        out.print(f"Sent message {result['sequence']} to '{name}', delayed until {result['delayed_until']}.")
     else:
         out.print(f"Sent message {result['sequence']} to '{name}'.")
 
@@ -253,3 +262,50 @@ def len_(name: Name, project: Project = None, json: Json = False) -> None:
         return
     out.print(f"Waiting in '{name}': {stats['waiting'] + stats['delayed']} ({stats['delayed']} delayed). "
               f"In flight: {stats['in_flight']}.")
+
+
+EXPORT_STATUSES = ("waiting", "in_flight", "delayed", "dead")
+
+
+@app.command()
+def export(
+    name: Name, project: Project = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of standard output.")] = None,
+) -> None:
+    """Write every message as JSON Lines (waiting, in flight, delayed, dead), taking nothing off the queue."""
+    counts: Counter[str] = Counter()
+    with api() as client:
+        messages = client.export(project_of(project), name)
+        first = next(messages, None)  # a missing queue fails here, before a file is written
+        sink = output.open("w", encoding="utf-8") if output else sys.stdout
+        try:
+            for message in itertools.chain([first] if first is not None else [], messages):
+                sink.write(jsonlib.dumps(message) + "\n")
+                counts[message["status"]] += 1
+        finally:
+            if output:
+                sink.close()
+    by_status = ", ".join(f"{counts[s]} {s.replace('_', ' ')}" for s in EXPORT_STATUSES)
+    err.print(f"Exported {sum(counts.values())} message(s) of '{name}': {by_status}.", markup=False)
+
+
+class NeedsYes(TyperException):
+    exit_code = 2
+
+
+@app.command()
+def clear(
+    name: Name, project: Project = None, json: Json = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Confirm: the messages are removed for good.")] = False,
+) -> None:
+    """Remove the waiting, delayed and dead messages of a queue; in-flight ones are left to finish."""
+    if not yes:
+        raise NeedsYes(f"clear removes the waiting, delayed and dead messages of '{name}' for good; "
+                       "add --yes to do it.")
+    with api() as client:
+        counts = client.clear(project_of(project), name)
+    if json:
+        print_json(counts)
+    else:
+        out.print(f"Cleared '{name}': {counts['waiting']} waiting, {counts['delayed']} delayed, "
+                  f"{counts['dead']} dead message(s) removed.")

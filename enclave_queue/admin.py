@@ -6,8 +6,9 @@ JSON problems.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 import httpx
@@ -42,18 +43,28 @@ class AdminClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            raise BrokerUnavailable(
-                f"Cannot reach the Enclave API at {self.url} ({exc.__class__.__name__}); is 'enclave up' running?"
-            ) from exc
-        if response.status_code >= 400:
-            try:
-                problem = response.json()
-            except ValueError:
-                problem = {"detail": response.text or response.reason_phrase}
-            raise from_problem(response.status_code, problem)
+            raise self._unreachable(exc) from exc
+        _raise_for_problem(response)
         if response.status_code == 204 or not response.content:
             return None
         return response.json()
+
+    def _unreachable(self, exc: httpx.TransportError) -> BrokerUnavailable:
+        return BrokerUnavailable(
+            f"Cannot reach the Enclave API at {self.url} ({exc.__class__.__name__}); is 'enclave up' running?")
+
+    def stream_lines(self, path: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        """GET a JSON Lines answer, one object a line as it arrives (errors on the first step)."""
+        try:
+            with self._http.stream("GET", path, **kwargs) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    _raise_for_problem(response)
+                for line in response.iter_lines():
+                    if line.strip():
+                        yield json.loads(line)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from exc
 
     # -- queues ---------------------------------------------------------------------------------
 
@@ -142,10 +153,14 @@ class AdminClient:
     # -- messages -------------------------------------------------------------------------------
 
     def send(self, project: str, name: str, body: Any = None, *, body_base64: Optional[str] = None,
-             dedupe_key: Optional[str] = None) -> dict[str, Any]:
+             dedupe_key: Optional[str] = None, delay: float = 0) -> dict[str, Any]:
+        """Send one message; with ``delay`` seconds (0–604800) it can be received only from then
+        (the answer's ``delayed_until``)."""
         payload: dict[str, Any] = {"body_base64": body_base64} if body_base64 is not None else {"body": body}
         if dedupe_key is not None:
             payload["dedupe_key"] = dedupe_key
+        if delay:
+            payload["delay_seconds"] = delay
         return self.request("POST", f"{self._queues(project)}/{name}/messages", json=payload)
 
     def receive(self, project: str, name: str, max_messages: int = 1, wait: float = 1.0) -> list[dict[str, Any]]:
@@ -163,9 +178,29 @@ class AdminClient:
     def peek(self, project: str, name: str, limit: int = 10) -> list[dict[str, Any]]:
         return self.request("GET", f"{self._queues(project)}/{name}/messages", params={"limit": limit})["messages"]
 
+    def export(self, project: str, name: str) -> Iterator[dict[str, Any]]:
+        """Every message of the queue as it stands (waiting, in flight, delayed, dead), one dict a
+        message, streamed; nothing is taken off the queue. NotFound on the first step."""
+        return self.stream_lines(f"{self._queues(project)}/{name}/export", timeout=httpx.Timeout(30.0, read=120.0))
+
+    def clear(self, project: str, name: str) -> dict[str, int]:
+        """Remove the waiting, delayed and dead messages (in-flight ones finish); how many of each."""
+        return self.request("POST", f"{self._queues(project)}/{name}/clear", timeout=120)
+
     def stats(self, project: str, name: str) -> dict[str, Any]:
         """Waiting, in flight, delayed and dead now, and the counts since the queue was created."""
         return self.request("GET", f"{self._queues(project)}/{name}/stats")
+
+
+def _raise_for_problem(response: httpx.Response) -> None:
+    """Raise the error a JSON problem names (errors.py), if the answer is one."""
+    if response.status_code < 400:
+        return
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = {"detail": response.text or response.reason_phrase}
+    raise from_problem(response.status_code, problem)
 
 
 def _check_stop(stop: Optional[Callable[[], bool]], name: str) -> None:

@@ -1,31 +1,72 @@
 """The one layer the HTTP API (and through it the CLI, console and provider) calls.
 
 Declarations: create, list, get, update, delete, status. Credentials and secrets. Messages by
-hand: send, receive (with a sealed receipt handle), delete by receipt. Every method raises
-errors from ``errors.py`` with one sentence naming the object.
+hand: send (now or delayed), receive (with a sealed receipt handle), delete by receipt, peek,
+export (every message as it stands, nothing taken) and clear. Every method raises errors from
+``errors.py`` with one sentence naming the object.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
 
 import nats.errors
 import nats.js.errors
+from nats.aio.msg import Msg
+from nats.nuid import NUID
 
 from .auth.secrets import MasterKey, SealError
 from .auth.users import CONSUMER, inbox_prefix, stream_name, username
-from .broker.config import send_subject
-from .broker.connection import UNAVAILABLE, BrokerConnection, retry_unavailable
+from .broker.config import errors_subject, jsapi_prefix, notes_subject, send_subject
+from .broker.connection import (
+    REQUEST_TIMEOUT,
+    RETRY_WINDOW,
+    UNAVAILABLE,
+    BrokerConnection,
+    delete_message,
+    retry_unavailable,
+)
 from .client.message import nak_payload
 from .controller.accounts import Accounts
+from .controller.deadletters import (
+    ERRORS_STREAM,
+    FIRST_ENQUEUED,
+    RECEIVE_COUNT,
+    SOURCE_PROJECT,
+    SOURCE_QUEUE,
+    SOURCE_SEQUENCE,
+)
+from .controller.desk import drop_expired
 from .controller.sampler import read_samples
 from .depth import Depth, depth_reads, read_depth, read_depths
+from .envelope import (
+    DEADLINE,
+    DELAY_RULE,
+    ENQUEUED_AT,
+    LAST_ERROR,
+    actual_last_sequence,
+    check_delay,
+    deadline_of,
+    delay_subject,
+    delay_subjects,
+    due_at,
+    expected_id_headers,
+    message_id,
+    one_line,
+    parse_time,
+    prior_attempts,
+    put_headers,
+    rfc3339,
+    schedule_headers,
+)
 from .errors import (
     BrokerUnavailable,
     Conflict,
@@ -34,7 +75,7 @@ from .errors import (
     SpecError,
     publish_refused,
 )
-from .redrive import DeadLetterOps
+from .redrive import READ_BATCH, DeadLetterOps, Letter
 from .spec import (
     MAX_HISTORY_HOURS,
     MAX_RECEIVE,
@@ -51,10 +92,16 @@ from .spec import (
 from .state.kv import Store
 from .state.records import QueueRecord, QueueStatus
 
+log = logging.getLogger("enclave.service")
+
 RECEIPT_PURPOSE = "receipt"
 SEND_TIMEOUT = 5.0  #: seconds
 MAX_PEEK = 100  #: messages one peek may return
 MAX_NACK_DELAY = 43200  #: seconds a message handed back by hand may stay hidden (the longest visibility timeout)
+EXPECT_TRIES = 10  #: publishes of a delayed message that may find another message stored first
+EXPORT_PAGE_BYTES = 1_000_000  #: bytes of JSON one export page holds at most (but always one message)
+CLEAR_WINDOW = 256  #: deletes one clear keeps in flight at once
+READ_BYTES = 4 * 1024 * 1024  #: bytes one batched direct get returns at most (a batch of large messages)
 
 
 def _queue_missing(project: str, name: str) -> NotFound:
@@ -220,14 +267,18 @@ class QueueService:
     async def depth(self, project: str, name: str) -> Depth:
         """How many messages the queue holds now, and where they are (see depth.py)."""
         record = await self.live(project, name)
-        dead_letter_id = None
-        if record.spec.dead_letter_queue:
-            found = await self.store.queues.get(queue_key(project, record.spec.dead_letter_queue))
-            dead_letter_id = found[0].id if found and not found[0].deleting else None
+        dlq = await self._dead_letter_queue(record)
         try:
-            return await read_depth(self.conn, record.id, dead_letter_id)
+            return await read_depth(self.conn, record.id, dlq.id if dlq else None)
         except UNAVAILABLE:
             raise Conflict(f"Queue '{name}' in project '{project}' is not ready yet.") from None
+
+    async def _dead_letter_queue(self, record: QueueRecord) -> Optional[QueueRecord]:
+        """The record of the queue's dead-letter queue, if it has one that is live."""
+        if not record.spec.dead_letter_queue:
+            return None
+        found = await self.store.queues.get(queue_key(record.spec.project, record.spec.dead_letter_queue))
+        return found[0] if found and not found[0].deleting else None
 
     async def depths(self, project: str) -> list[tuple[Queue, Optional[Depth]]]:
         """Every queue of a project with its depth (None where it could not be read: not ready)."""
@@ -294,10 +345,19 @@ class QueueService:
     # -- messages by hand -----------------------------------------------------------------------
 
     async def send(self, project: str, name: str, body: bytes, content_type: Optional[str] = None,
-                   dedupe_key: Optional[str] = None) -> dict[str, Any]:
+                   dedupe_key: Optional[str] = None, delay: float = 0.0) -> dict[str, Any]:
         """Publish one message and wait for the broker to store it. Returns its ``sequence`` and
         whether it was a ``duplicate`` (a ``dedupe_key`` seen within the window: the first message's
-        sequence, nothing stored). Raises QueueFull at ``max_messages``, MessageTooLarge, SpecError."""
+        sequence, nothing stored). With ``delay`` seconds (0–604800) the message is stored as a
+        one-shot schedule that the broker copies onto the queue when due (envelope.py), and the
+        answer adds ``delayed_until``; its ``sequence`` is the schedule's, which the copy carries as
+        its id (``Enclave-Id``). Raises QueueFull at ``max_messages``, MessageTooLarge, SpecError."""
+        try:
+            delay = check_delay(delay)
+        except SpecError:  # the API's name of the field
+            message = f"must be {DELAY_RULE} (got {delay!r})"
+            raise SpecError(f"delay_seconds {message}.",
+                            errors=[{"field": "delay_seconds", "message": message}]) from None
         if dedupe_key is not None:
             check_dedupe_key(dedupe_key)
         record = await self.live(project, name)
@@ -306,21 +366,76 @@ class QueueService:
             raise MessageTooLarge(
                 f"The message is {len(body)} bytes; queue '{name}' accepts at most {limit} (max_message_bytes)."
             )
-        subject = send_subject(record.id, subject_for(project, name))
+        subject = subject_for(project, name)
         headers = {"Content-Type": content_type} if content_type else {}
         if dedupe_key is not None:
             headers["Nats-Msg-Id"] = dedupe_key
+        due = None
+        if delay > 0 and record.spec.max_messages:  # schedules need discard old (controller/mapping.py)
+            message = f"cannot be used with queue '{name}', which has max_messages (a limit rules out delayed messages)"
+            raise SpecError(f"delay_seconds {message}.", errors=[{"field": "delay_seconds", "message": message}])
+        if delay > 0:
+            now = datetime.now(UTC)
+            due = now + timedelta(seconds=delay)
+            headers.update({**schedule_headers(subject, due), **put_headers(now, delay_s=delay)})
+            ack = await self._publish_delayed(record, delay_subject(subject, NUID().next().decode()), body, headers)
+            if "error" not in ack and not ack.get("duplicate"):
+                await self._note_scheduled(record)
+        else:
+            ack = await self._publish(record, subject, body, headers)
+        if "error" in ack:
+            raise publish_refused(ack["error"], f"'{name}' in project '{project}'", record.spec.max_messages)
+        sent = {"sequence": ack["seq"], "duplicate": bool(ack.get("duplicate"))}
+        return {**sent, "delayed_until": rfc3339(due)} if due else sent
+
+    async def _publish(self, record: QueueRecord, subject: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
+        """Publish to ``subject`` (in the queue's account) and return the broker's answer (PubAck or error)."""
+        name, project = record.spec.name, record.spec.project
         try:
-            reply = await retry_unavailable(
-                lambda: self.conn.control.request(subject, body, timeout=SEND_TIMEOUT, headers=headers or None))
+            reply = await retry_unavailable(lambda: self.conn.control.request(
+                send_subject(record.id, subject), body, timeout=SEND_TIMEOUT, headers=headers or None))
         except UNAVAILABLE:
             raise Conflict(f"Queue '{name}' in project '{project}' is not ready yet.") from None
         except nats.errors.TimeoutError as exc:
             raise BrokerUnavailable(f"The broker did not confirm the message to queue '{name}' in time.") from exc
-        ack = json.loads(reply.data)
-        if "error" in ack:
-            raise publish_refused(ack["error"], f"'{name}' in project '{project}'", record.spec.max_messages)
-        return {"sequence": ack["seq"], "duplicate": bool(ack.get("duplicate"))}
+        return json.loads(reply.data)
+
+    async def _publish_delayed(self, record: QueueRecord, subject: str, body: bytes,
+                               headers: dict[str, str]) -> dict[str, Any]:
+        """Publish a schedule so that it is stored at the sequence its ``Enclave-Id`` names: expect
+        the stream's last sequence, and when another message got stored first, expect the one the
+        refusal names. After EXPECT_TRIES refusals, publish without (the copy's id is then its own
+        sequence). A duplicate dedupe key is answered as such once the expectation holds."""
+        last = (await self._stream_info(record)).state.last_seq
+        for _ in range(EXPECT_TRIES):
+            ack = await self._publish(record, subject, body, {**headers, **expected_id_headers(last)})
+            actual = actual_last_sequence(ack.get("error") or {})
+            if actual is None:
+                return ack
+            last = actual
+        return await self._publish(record, subject, body, headers)
+
+    async def _note_scheduled(self, record: QueueRecord) -> None:
+        """Tell the desk a schedule was stored, as the SDK does (controller/desk.py counts them so
+        that metrics tell deletions by workers from schedules that fired). The message is stored
+        already: a note that does not land is logged, not raised."""
+        try:
+            await retry_unavailable(lambda: self.conn.js.publish(notes_subject(record.id), b'{"scheduled": 1}'))
+        except (nats.errors.Error, nats.js.errors.Error) as exc:
+            log.warning("schedule of queue %s stored but not noted: %r", record.key, exc)
+
+    async def _stream_info(self, record: QueueRecord) -> Any:
+        try:
+            return await retry_unavailable(lambda: self.conn.queue_js(record.id).stream_info(stream_name(record.id)))
+        except (*UNAVAILABLE, nats.js.errors.NotFoundError):
+            raise Conflict(f"Queue '{record.spec.name}' in project '{record.spec.project}' is not ready yet.") from None
+
+    async def _consumer_info(self, record: QueueRecord) -> Any:
+        try:
+            return await retry_unavailable(
+                lambda: self.conn.queue_js(record.id).consumer_info(stream_name(record.id), CONSUMER))
+        except (*UNAVAILABLE, nats.js.errors.NotFoundError):
+            raise Conflict(f"Queue '{record.spec.name}' in project '{record.spec.project}' is not ready yet.") from None
 
     async def receive(self, project: str, name: str, max_messages: int = 1, wait: float = 1.0) -> list[dict[str, Any]]:
         """Take up to ``max_messages`` messages, waiting up to ``wait`` seconds for the first.
@@ -338,12 +453,21 @@ class QueueService:
             raise Conflict(f"Queue '{name}' in project '{project}' is not ready yet.") from None
         try:
             msgs = await sub.fetch(max_messages, timeout=max(wait, 0.05))
-        except nats.errors.TimeoutError:
+        except (nats.errors.TimeoutError, TimeoutError):  # nats-py raises either when nothing came
             msgs = []
         finally:
             await sub.unsubscribe()
         now = datetime.now(UTC)
-        return [self._received(record, msg, now + timedelta(seconds=self._lease(record, msg))) for msg in msgs]
+        kept = []
+        for msg in msgs:  # one past its start deadline is not started again: dropped, counted expired
+            deadline = deadline_of(dict(msg.headers or {}))
+            if deadline is not None and deadline <= now:
+                await drop_expired(self.conn, self.store, record, msg.metadata.sequence.stream, taken_ok=True)
+                with contextlib.suppress(nats.errors.Error):
+                    await msg.ack()
+            else:
+                kept.append(msg)
+        return [self._received(record, msg, now + timedelta(seconds=self._lease(record, msg))) for msg in kept]
 
     @staticmethod
     def _lease(record: QueueRecord, msg: Any) -> float:
@@ -359,10 +483,13 @@ class QueueService:
         receipt = self.master.seal(json.dumps({"r": msg.reply, "until": hidden_until.timestamp(),
                                               "n": meta.num_delivered}).encode(),
                                    RECEIPT_PURPOSE, record.id)
+        headers = dict(msg.headers or {})
         out: dict[str, Any] = {
             "receipt": receipt,
+            "id": message_id(headers, meta.sequence.stream),
             "sequence": meta.sequence.stream,
             "receive_count": meta.num_delivered,
+            "attempts": prior_attempts(headers) + meta.num_delivered,
             "sent_at": meta.timestamp.isoformat() if meta.timestamp else None,
             "visible_again_at": hidden_until.isoformat(),
             "content_type": (msg.headers or {}).get("Content-Type"),
@@ -423,3 +550,267 @@ class QueueService:
         sealed = self._unseal_receipt(record, receipt)
         payload = nak_payload(delay, sealed.get("n", 1), list(record.spec.retry_backoff_seconds or []))
         await self._settle(record, sealed["r"], payload, "nack")
+
+    # -- export and clear -----------------------------------------------------------------------
+
+    async def export_page(self, project: str, name: str, cursor: Optional[str] = None,
+                          max_bytes: int = EXPORT_PAGE_BYTES) -> tuple[list[dict[str, Any]], Optional[str]]:
+        """One page of every message of the queue as it stands, read by sequence (batched direct
+        gets: nothing is received, leased or counted), and the cursor of the next page (None after
+        the last). First the queue's own stream in sequence order (waiting, in flight, delayed),
+        then this queue's dead letters on its dead-letter queue. A page stops before ``max_bytes``
+        of JSON (but holds at least one message). See ``_exported`` for the fields.
+
+        ``in_flight`` is every message of the queue subject the consumer has delivered: leased now,
+        handed back and waiting for its redelivery, or out of receives and not yet moved to the
+        dead-letter queue. Its ``attempts`` is a lower bound (prior attempts + 1): JetStream keeps no
+        delivery count of a message that can be read without delivering it."""
+        phase, after = _parse_cursor(cursor)
+        record = await self.live(project, name)
+        page = _Page(max_bytes)
+        if phase == "q":
+            delivered = (await self._consumer_info(record)).delivered.stream_seq
+            notes = await self._error_notes(record.id)
+            more = True
+            while more:
+                letters, more = await self._read(record, after)
+                for letter in letters:
+                    if not page.add(self._exported_message(record, letter, delivered, notes)):
+                        return page.items, f"q:{letter.sequence}"
+                    after = letter.sequence
+            phase, after = "d", 0
+        dlq = await self._dead_letter_queue(record)
+        more = dlq is not None
+        while more and dlq is not None:
+            letters, more = await self._read(dlq, after, subject_for(dlq.spec.project, dlq.spec.name))
+            for letter in letters:
+                if _letter_of(letter, record) and not page.add(_exported_letter(letter)):
+                    return page.items, f"d:{letter.sequence}"
+                after = letter.sequence
+        return page.items, None
+
+    async def export(self, project: str, name: str) -> AsyncIterator[dict[str, Any]]:
+        """Every message of the queue, page after page (see ``export_page``); NotFound is raised
+        by the first step."""
+        cursor: Optional[str] = None
+        while True:
+            items, cursor = await self.export_page(project, name, cursor)
+            for item in items:
+                yield item
+            if cursor is None:
+                return
+
+    def _exported_message(self, record: QueueRecord, letter: Letter, delivered: int,
+                          notes: dict[int, str]) -> dict[str, Any]:
+        h, seq = letter.headers, letter.sequence
+        if h.get("Nats-Subject", "").startswith(delay_subjects(subject_for(record.spec.project, record.spec.name))[:-1]):
+            due = due_at(h)
+            return _exported(letter, "delayed", attempts=prior_attempts(h), last_error=h.get(LAST_ERROR),
+                             due_at=rfc3339(due) if due else None)
+        noted = notes.get(message_id(h, seq)) or h.get(LAST_ERROR)
+        if seq > delivered:
+            return _exported(letter, "waiting", attempts=prior_attempts(h), last_error=noted)
+        return _exported(letter, "in_flight", attempts=prior_attempts(h) + 1, last_error=noted)
+
+    async def _read(self, record: QueueRecord, after: int, subject: Optional[str] = None) -> tuple[list[Letter], bool]:
+        """A batch of the messages of ``record``'s stream stored after ``after`` (on ``subject``
+        only, if given; else both the queue's and the delayed ones), and whether more follow."""
+        request: dict[str, Any] = {"seq": after + 1, "batch": READ_BATCH, "max_bytes": READ_BYTES}
+        if subject is not None:
+            request["next_by_subj"] = subject
+        return await _direct_batch(self.conn.control, f"{jsapi_prefix(record.id)}.DIRECT.GET.{stream_name(record.id)}",
+                                   request, f"the messages of queue '{record.spec.name}'")
+
+    async def _error_notes(self, queue_id: str) -> dict[int, str]:
+        """The error notes apps left for the queue's messages (controller/deadletters.py), by
+        message id: one batched direct get per READ_BATCH notes of ERRORS_STREAM (one a subject)."""
+        notes: dict[int, str] = {}
+        after, more = 0, True
+        while more:
+            found, more = await _direct_batch(
+                self.conn.control, f"$JS.API.DIRECT.GET.{ERRORS_STREAM}",
+                {"seq": after + 1, "next_by_subj": errors_subject(queue_id), "batch": READ_BATCH}, "the error notes")
+            for note in found:
+                noted_as = note.headers.get("Nats-Subject", "").rsplit(".", 1)[-1]
+                if noted_as.isdigit():
+                    notes[int(noted_as)] = one_line(note.data.decode(errors="replace"))
+                after = note.sequence
+        return notes
+
+    async def clear(self, project: str, name: str) -> dict[str, int]:
+        """Remove the queue's waiting messages, its delayed ones and its dead letters on its
+        dead-letter queue; returns how many of each. Counted as ``cleared`` on the queue (waiting
+        and delayed; the delayed ones leave ``scheduled``) and on the dead-letter queue (dead).
+
+        Messages in flight (at or below the consumer's delivered sequence, read first) are left to
+        finish: a worker can still delete them, and a nack brings them back. Only what was stored
+        when the clear started is removed. The race: a message delivered while the clear runs may
+        be removed while leased; its worker's delete (ack) is then harmless, and a nack finds it gone."""
+        record = await self.live(project, name)
+        info, consumer = await asyncio.gather(self._stream_info(record), self._consumer_info(record))
+        last = info.state.last_seq
+        waiting = await self._delete_stored(record, consumer.delivered.stream_seq, last)
+        delayed = await self._purge(record, delay_subjects(subject_for(project, name)), last + 1)
+        dlq = await self._dead_letter_queue(record)
+        dead = 0
+        if dlq is not None:  # only this queue's letters: a dead-letter queue may serve several
+            dead = await self._delete_stored(dlq, 0, (await self._stream_info(dlq)).state.last_seq,
+                                             lambda letter: _letter_of(letter, record))
+        if waiting + delayed:
+            await self.store.count(record.key, "cleared", waiting + delayed)
+        if delayed:  # ``scheduled`` counts the schedules not cleared (controller/desk.py)
+            await self.store.count(record.key, "scheduled", -delayed)
+        if dlq and dead:
+            await self.store.count(dlq.key, "cleared", dead)
+        return {"waiting": waiting, "delayed": delayed, "dead": dead}
+
+    async def _purge(self, record: QueueRecord, subject: str, below: int) -> int:
+        """Purge the messages on ``subject`` stored below sequence ``below``; how many went."""
+        api = f"{jsapi_prefix(record.id)}.STREAM.PURGE.{stream_name(record.id)}"
+        request = json.dumps({"filter": subject, "seq": below}).encode()
+        reply = await retry_unavailable(lambda: self.conn.control.request(api, request, timeout=SEND_TIMEOUT))
+        answer = json.loads(reply.data)
+        if "error" in answer:
+            raise BrokerUnavailable(f"The broker refused to purge queue '{record.spec.name}': "
+                                    f"{answer['error'].get('description')}.")
+        return int(answer.get("purged", 0))
+
+    async def _delete_stored(self, record: QueueRecord, after: int, last: int,
+                             chosen: Callable[[Letter], bool] = lambda letter: True) -> int:
+        """Delete the ``chosen`` messages of ``record``'s queue subject stored after ``after`` up to
+        ``last``, CLEAR_WINDOW deletes in flight at once; how many were still there."""
+        js, stream = self.conn.queue_js(record.id), stream_name(record.id)
+        subject = subject_for(record.spec.project, record.spec.name)
+        removed, more = 0, True
+        while more and after < last:
+            letters, more = await self._read(record, after, subject)
+            letters = [letter for letter in letters if letter.sequence <= last]
+            if not letters:
+                break
+            removed += await _delete_all(js, stream, [letter.sequence for letter in letters if chosen(letter)])
+            after = letters[-1].sequence
+        return removed
+
+
+def _parse_cursor(cursor: Optional[str]) -> tuple[str, int]:
+    """An export cursor (``q:<next seq>`` on the queue, ``d:<next seq>`` on its dead-letter
+    queue) as the phase and the sequence read up to."""
+    if cursor is None:
+        return "q", 0
+    phase, _, seq = cursor.partition(":")
+    if phase not in ("q", "d") or not seq.isdigit() or int(seq) < 1:
+        message = f"is not a cursor an export returned (got {cursor!r})"
+        raise SpecError(f"cursor {message}.", errors=[{"field": "cursor", "message": message}])
+    return phase, int(seq) - 1
+
+
+class _Page:
+    """Exported messages up to a size in bytes of JSON Lines (always at least one)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.room = max_bytes
+
+    def add(self, item: dict[str, Any]) -> bool:
+        size = len(json.dumps(item).encode()) + 1
+        if self.items and size > self.room:
+            return False
+        self.items.append(item)
+        self.room -= size
+        return True
+
+
+def _letter_of(letter: Letter, record: QueueRecord) -> bool:
+    """Whether a dead letter came from ``record``'s queue (a DLQ may serve several)."""
+    h = letter.headers
+    return h.get(SOURCE_QUEUE) == record.spec.name and h.get(SOURCE_PROJECT) == record.spec.project
+
+
+def _exported_letter(letter: Letter) -> dict[str, Any]:
+    """A dead letter as exported for its source queue: its id there (the copy's id, or the
+    sequence it had), its receive count as its attempts."""
+    h = letter.headers
+    count = h.get(RECEIVE_COUNT, "")
+    source = h.get(SOURCE_SEQUENCE, "")
+    return _exported(letter, "dead", attempts=int(count) if count.isdigit() else prior_attempts(h),
+                     last_error=h.get(LAST_ERROR), id=message_id(h, int(source) if source.isdigit() else letter.sequence),
+                     enqueued_at=h.get(ENQUEUED_AT) or h.get(FIRST_ENQUEUED))
+
+
+def _exported(letter: Letter, status: str, *, attempts: int, last_error: Optional[str], id: Optional[int] = None,
+              enqueued_at: Optional[str] = None, due_at: Optional[str] = None) -> dict[str, Any]:
+    """One exported message: ``id``, ``sequence`` (where it is stored), ``status``, ``attempts``,
+    ``last_error``, ``enqueued_at``, ``due_at`` (delayed), ``deadline`` (if it has one),
+    ``content_type`` and ``body`` (text; the JSON value for JSON; None with ``body_base64`` for
+    bytes that are not UTF-8)."""
+    h = letter.headers
+    stored = parse_time(letter.stored_at)
+    out: dict[str, Any] = {
+        "id": id if id is not None else message_id(h, letter.sequence),
+        "sequence": letter.sequence,
+        "status": status,
+        "attempts": attempts,
+        "last_error": last_error or None,
+        "enqueued_at": enqueued_at or h.get(ENQUEUED_AT) or (rfc3339(stored) if stored else None),
+    }
+    if due_at is not None:
+        out["due_at"] = due_at
+    if DEADLINE in h:
+        out["deadline"] = h[DEADLINE]
+    content_type = h.get("Content-Type")
+    out["content_type"] = content_type
+    try:
+        text = letter.data.decode()
+    except UnicodeDecodeError:
+        return {**out, "body": None, "body_base64": base64.b64encode(letter.data).decode()}
+    if content_type and content_type.split(";")[0].strip().lower() == "application/json":
+        try:
+            return {**out, "body": json.loads(text)}
+        except ValueError:
+            pass
+    return {**out, "body": text}
+
+
+async def _delete_all(js: Any, stream: str, sequences: list[int]) -> int:
+    """Delete these messages, CLEAR_WINDOW requests in flight at once; how many were there."""
+    removed = 0
+    for i in range(0, len(sequences), CLEAR_WINDOW):
+        done = await asyncio.gather(*(delete_message(js, stream, seq) for seq in sequences[i:i + CLEAR_WINDOW]))
+        removed += sum(done)
+    return removed
+
+
+async def _direct_batch(nc: Any, api: str, request: dict[str, Any], what: str) -> tuple[list[Letter], bool]:
+    """One batched direct get (``api``: a ``…DIRECT.GET.<stream>`` subject): the messages it
+    returned, in sequence order, and whether more follow (the broker's ``Nats-Num-Pending``).
+    Tried again while nobody answers (a configuration reload)."""
+    deadline = time.monotonic() + RETRY_WINDOW
+    while True:
+        found, end = await _direct_batch_once(nc, api, json.dumps(request).encode(), what)
+        status = end.get("Status")
+        if status != "503" or found or time.monotonic() > deadline:
+            pending = end.get("Nats-Num-Pending", "0")
+            return found, status == "204" and pending.isdigit() and int(pending) > 0
+        await asyncio.sleep(0.05)
+
+
+async def _direct_batch_once(nc: Any, api: str, request: bytes, what: str) -> tuple[list[Letter], dict[str, str]]:
+    found: list[Letter] = []
+    done: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
+
+    async def collect(msg: Msg) -> None:
+        headers = dict(msg.headers or {})
+        if "Status" not in headers:
+            found.append(Letter(int(headers["Nats-Sequence"]), msg.data or b"", headers, headers.get("Nats-Time-Stamp")))
+        elif not done.done():  # 204: end of batch; 404: nothing (more); 503: no responders
+            done.set_result(headers)
+
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=collect)
+    try:
+        await nc.publish(api, request, reply=inbox)
+        return found, await asyncio.wait_for(done, REQUEST_TIMEOUT)
+    except TimeoutError:
+        raise BrokerUnavailable(f"Reading {what} timed out.") from None
+    finally:
+        await sub.unsubscribe()

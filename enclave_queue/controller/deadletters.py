@@ -252,7 +252,7 @@ class DeadLetters:
                 while True:
                     try:
                         batch = await sub.fetch(50, timeout=5)
-                    except nats.errors.TimeoutError:
+                    except (nats.errors.TimeoutError, TimeoutError):  # nats-py raises either when nothing came
                         continue
                     # queues in parallel; each queue's moves are serialised by its lock
                     await asyncio.gather(*(self._handle_advisory(advisory) for advisory in batch))

@@ -350,25 +350,32 @@ class Desk:
                 await asyncio.wait_for(self._wake.wait(), wait)
 
     async def _drop_expired(self, record: QueueRecord, seq: int, *, taken_ok: bool) -> int:
-        """Delete message ``seq`` if it carries a start deadline that has passed and (unless
-        ``taken_ok``: the SDK found it on a redelivery) no worker has taken it yet. 1 if dropped."""
-        js = self.conn.queue_js(record.id)
-        stream = stream_name(record.id)
-        try:
-            msg = await retry_unavailable(lambda: js.get_msg(stream, seq=seq, direct=True))
-        except nats.js.errors.NotFoundError:
-            return 0  # deleted by its worker, or dropped already
-        deadline = envelope.deadline_of(dict(msg.headers or {}))
-        if deadline is None or deadline > datetime.now(UTC):
-            return 0
-        if not taken_ok:
-            info = await retry_unavailable(lambda: js.consumer_info(stream, CONSUMER))
-            if seq <= info.delivered.stream_seq:
-                return 0  # a worker took it in time; it is that worker's now
-        if not await delete_message(js, stream, seq):
-            return 0
-        await self.store.count(record.key, "expired")
-        self.expired += 1
-        with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-            await self.conn.js.purge_stream(ERRORS_STREAM, subject=errors_subject(record.id, seq))
-        return 1
+        dropped = await drop_expired(self.conn, self.store, record, seq, taken_ok=taken_ok)
+        self.expired += dropped
+        return dropped
+
+
+async def drop_expired(conn: BrokerConnection, store: Store, record: QueueRecord, seq: int, *, taken_ok: bool) -> int:
+    """Delete message ``seq`` if it carries a start deadline that has passed and (unless
+    ``taken_ok``: it was found on a redelivery) no worker has taken it yet; count it as expired.
+    1 if dropped, else 0."""
+    js = conn.queue_js(record.id)
+    stream = stream_name(record.id)
+    try:
+        msg = await retry_unavailable(lambda: js.get_msg(stream, seq=seq, direct=True))
+    except nats.js.errors.NotFoundError:
+        return 0  # deleted by its worker, or dropped already
+    headers = dict(msg.headers or {})
+    deadline = envelope.deadline_of(headers)
+    if deadline is None or deadline > datetime.now(UTC):
+        return 0
+    if not taken_ok:
+        info = await retry_unavailable(lambda: js.consumer_info(stream, CONSUMER))
+        if seq <= info.delivered.stream_seq:
+            return 0  # a worker took it in time; it is that worker's now
+    if not await delete_message(js, stream, seq):
+        return 0
+    await store.count(record.key, "expired")
+    with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+        await conn.js.purge_stream(ERRORS_STREAM, subject=errors_subject(record.id, envelope.message_id(headers, seq)))
+    return 1

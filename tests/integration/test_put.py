@@ -113,3 +113,18 @@ async def test_batch_limits_and_body_size_are_refused_before_anything_is_sent(st
         with pytest.raises(MessageTooLarge, match="at most 1024"):
             await queue.put("x" * 1025, delay_s=1)
         assert await queue.len() == 0
+
+
+async def test_a_message_back_after_its_deadline_is_not_started_again_by_any_receiver(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        for _ in range(2):
+            await queue.put("job", ttl_s=1)
+        for _ in range(2):  # both taken in time, and handed back to come again after the deadline
+            message = await queue.get(timeout_s=2)
+            await message.nack(delay_s=1.5)
+        assert await queue.get(timeout_s=3) is None  # the SDK drops it on receipt …
+        with stack.admin() as admin:
+            assert admin.receive("default", unique_name, max_messages=10, wait=2) == []  # … and so does the API
+        assert (await queue.metrics())["expired"] == 2
+        assert await queue.len() == 0

@@ -1,6 +1,8 @@
 """The queue's views and operator verbs an app may use on its own queue: outcome metrics after a
 scripted run, its dead letters with retry and discard, and its depth history."""
 
+import json
+
 import pytest
 
 from enclave_queue.client import connect
@@ -92,3 +94,35 @@ async def test_depth_history_follows_the_queue(stack, unique_name):
         assert [p["t"] for p in points] == sorted(p["t"] for p in points)
         with pytest.raises(SpecError, match=r"hours must be an integer from 1 to 168"):
             await queue.depth_history(hours=0)
+
+
+async def test_export_from_the_sdk_lists_every_status_and_clear_leaves_in_flight_ones_to_finish(stack, unique_name,
+                                                                                                tmp_path):
+    dlq = f"{unique_name}-dlq"
+    make_queue(stack, dlq)
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=60, dead_letter_queue=dlq)
+    async with connect(creds) as queue:
+        dead_id, flying_id, waiting_id = await queue.put_many(["dead", "flying", "waiting"])
+        delayed_id = await queue.put("later", delay_s=600)
+        dead = await queue.get(timeout_s=2)
+        await dead.nack(error="broken")
+        dead = await queue.get(timeout_s=2)
+        await dead.reject()  # its last error: the nack's note
+        flying = await queue.get(timeout_s=2)
+        counts = await queue.export(tmp_path / "all.jsonl")
+        lines = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text().splitlines()]
+        by_id = {line["id"]: line for line in lines if line["status"] != "dead"}
+        assert counts == {"waiting": 1, "delayed": 1, "in_flight": 1, "dead": 1}
+        assert (by_id[waiting_id]["status"], by_id[waiting_id]["attempts"], by_id[waiting_id]["body"]) == (
+            "waiting", 0, "waiting")
+        assert (by_id[flying_id]["status"], by_id[flying_id]["attempts"]) == ("in_flight", 1)
+        assert (by_id[delayed_id]["status"], by_id[delayed_id]["body"]) == ("delayed", "later")
+        (letter,) = [line for line in lines if line["status"] == "dead"]
+        assert (letter["body"], letter["attempts"], letter["last_error"]) == ("dead", 2, "broken")
+        assert dead_id not in by_id
+        assert await queue.len() == 2  # export took nothing: waiting + delayed, as before
+
+        assert await queue.clear() == {"waiting": 1, "delayed": 1, "dead": 1}
+        assert await queue.len() == 0 and await queue.dead_letters() == []
+        await flying.ack()  # the in-flight one finishes
+        assert await queue.get(timeout_s=0.5) is None
