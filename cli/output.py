@@ -22,6 +22,7 @@ QUEUE_COLUMNS = {
     "retention_hours": "RETENTION (H)",
     "max_message_bytes": "MAX BYTES",
     "dead_letter_queue": "DEAD-LETTER QUEUE",
+    "priorities": "PRIORITIES",
 }
 
 

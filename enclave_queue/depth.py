@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Optional
 
-from .auth.users import CONSUMER, stream_name
+from .auth.users import CONSUMER, LANES, lane_consumer, stream_name
 from .broker.config import jsapi_prefix
 from .broker.connection import REQUEST_TIMEOUT, BrokerConnection, retry_unavailable
 from .errors import BrokerUnavailable
@@ -63,9 +63,18 @@ async def stream_messages(conn: BrokerConnection, queue_id: str) -> int:
     return int(info["state"]["messages"])
 
 
+async def consumer_infos(conn: BrokerConnection, queue_id: str, consumer_count: int) -> list[dict[str, Any]]:
+    """CONSUMER.INFO of the queue's consumer and, when its stream has more than one (a queue with
+    ``priorities``), of its priority lanes."""
+    stream = stream_name(queue_id)
+    names = [CONSUMER, *(lane_consumer(level) for level in LANES)] if consumer_count > 1 else [CONSUMER]
+    return list(await asyncio.gather(*(_api(conn, queue_id, f"CONSUMER.INFO.{stream}.{name}") for name in names)))
+
+
 async def read_depth(conn: BrokerConnection, queue_id: str, dead_letter_id: Optional[str] = None,
                      now: Optional[datetime] = None) -> Depth:
-    """A queue's depth now. ``dead_letter_id``: the account id of its dead-letter queue."""
+    """A queue's depth now, summed over its priority lanes if it has them. ``dead_letter_id``: the
+    account id of its dead-letter queue."""
     stream = stream_name(queue_id)
     reads: list[Any] = [_api(conn, queue_id, f"STREAM.INFO.{stream}"),
                         _api(conn, queue_id, f"CONSUMER.INFO.{stream}.{CONSUMER}")]
@@ -73,8 +82,12 @@ async def read_depth(conn: BrokerConnection, queue_id: str, dead_letter_id: Opti
         reads.append(stream_messages(conn, dead_letter_id))
     stream_info, consumer_info, *dead = await asyncio.gather(*reads)
     state = stream_info["state"]
+    consumers = [consumer_info]
+    if int(state.get("consumer_count", 1)) > 1:
+        consumers = await consumer_infos(conn, queue_id, int(state["consumer_count"]))
     stored, last_seq = int(state["messages"]), int(state["last_seq"])
-    waiting, in_flight = int(consumer_info["num_pending"]), int(consumer_info["num_ack_pending"])
+    waiting = sum(int(c["num_pending"]) for c in consumers)
+    in_flight = sum(int(c["num_ack_pending"]) for c in consumers)
     oldest = None
     if stored and state.get("first_ts"):
         first = datetime.fromisoformat(state["first_ts"])
@@ -86,7 +99,7 @@ async def read_depth(conn: BrokerConnection, queue_id: str, dead_letter_id: Opti
         dead=dead[0] if dead else None,
         oldest_age_seconds=oldest,
         sent=last_seq,
-        received=int(consumer_info["delivered"]["consumer_seq"]),
+        received=sum(int(c["delivered"]["consumer_seq"]) for c in consumers),
         removed=max(last_seq - stored, 0),
     )
 

@@ -3,6 +3,8 @@
 Subjects, inside a queue's own account:
 
 - ``queue.<project>.<name>``: the queue. Its consumer delivers exactly this subject.
+- ``queue.<project>.<name>.priority.<N>``: messages of priority N (1–9) on a queue with
+  ``priorities``; each level has a consumer of its own (``worker-p<N>``).
 - ``queue.<project>.<name>.delay.<token>``: one delayed message, stored as a JetStream message
   schedule (``Nats-Schedule: @at <time>``, ``Nats-Schedule-Target: <queue subject>``; stream
   ``allow_msg_schedules``). The stream stores it, the consumer does not see it; when it is due
@@ -50,6 +52,7 @@ MAX_ERROR_BYTES = 1024  #: an error note is cut to this size
 
 DELAY_RULE = f"a number of seconds from 0 to {MAX_DELAY} (7 days)"
 TTL_RULE = f"a number of seconds from 1 to {MAX_TTL} (14 days), more than delay_s"
+PRIORITY_RULE = "an integer from 0 to 9 (higher is taken first)"
 LEASE_RULE = f"a number of seconds from {MIN_LEASE} to {MAX_LEASE} (12 hours)"
 
 
@@ -61,6 +64,21 @@ def delay_subject(subject: str, token: str) -> str:
 def delay_subjects(subject: str) -> str:
     """Every delayed message's subject of the queue on ``subject`` (a stream subject)."""
     return f"{subject}.{DELAY_TOKEN}.*"
+
+
+PRIORITY_TOKEN = "priority"
+
+
+def lane_subject(subject: str, priority: int) -> str:
+    """Where a message of ``priority`` is put on the queue on ``subject``: the queue's own subject
+    for 0, ``<subject>.priority.<N>`` for 1–9 (a queue with ``priorities``)."""
+    return subject if priority == 0 else f"{subject}.{PRIORITY_TOKEN}.{priority}"
+
+
+def priority_of(subject: str) -> int:
+    """The priority level of a message stored on ``subject`` (the inverse of ``lane_subject``)."""
+    head, _, level = subject.rpartition(f".{PRIORITY_TOKEN}.")
+    return int(level) if head and level.isdigit() else 0
 
 
 def rfc3339(when: datetime) -> str:
@@ -105,6 +123,12 @@ def check_lease(lease_s: Any, field: str = "lease_s") -> float:
     if seconds is None or not MIN_LEASE <= seconds <= MAX_LEASE:
         raise _refuse(field, LEASE_RULE, lease_s)
     return seconds
+
+
+def check_priority(priority: Any) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+        raise _refuse("priority", PRIORITY_RULE, priority)
+    return priority
 
 
 def schedule_headers(target: str, due: datetime) -> dict[str, str]:

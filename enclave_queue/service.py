@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 from nats.nuid import NUID
 
 from .auth.secrets import MasterKey, SealError
-from .auth.users import CONSUMER, inbox_prefix, stream_name, username
+from .auth.users import CONSUMER, LANES, inbox_prefix, lane_consumer, stream_name, username
 from .broker.config import errors_subject, jsapi_prefix, notes_subject, send_subject
 from .broker.connection import (
     REQUEST_TIMEOUT,
@@ -59,6 +59,7 @@ from .envelope import (
     delay_subjects,
     due_at,
     expected_id_headers,
+    lane_subject,
     message_id,
     one_line,
     parse_time,
@@ -97,6 +98,7 @@ log = logging.getLogger("enclave.service")
 RECEIPT_PURPOSE = "receipt"
 SEND_TIMEOUT = 5.0  #: seconds
 MAX_PEEK = 100  #: messages one peek may return
+PRIORITY_POLL = 0.1  #: seconds between looks at every priority lane while a receive by hand waits
 MAX_NACK_DELAY = 43200  #: seconds a message handed back by hand may stay hidden (the longest visibility timeout)
 EXPECT_TRIES = 10  #: publishes of a delayed message that may find another message stored first
 EXPORT_PAGE_BYTES = 1_000_000  #: bytes of JSON one export page holds at most (but always one message)
@@ -430,12 +432,25 @@ class QueueService:
         except (*UNAVAILABLE, nats.js.errors.NotFoundError):
             raise Conflict(f"Queue '{record.spec.name}' in project '{record.spec.project}' is not ready yet.") from None
 
-    async def _consumer_info(self, record: QueueRecord) -> Any:
+    async def _consumer_info(self, record: QueueRecord, consumer: str = CONSUMER) -> Any:
         try:
             return await retry_unavailable(
-                lambda: self.conn.queue_js(record.id).consumer_info(stream_name(record.id), CONSUMER))
+                lambda: self.conn.queue_js(record.id).consumer_info(stream_name(record.id), consumer))
         except (*UNAVAILABLE, nats.js.errors.NotFoundError):
             raise Conflict(f"Queue '{record.spec.name}' in project '{record.spec.project}' is not ready yet.") from None
+
+    @staticmethod
+    def _levels(record: QueueRecord) -> tuple[int, ...]:
+        """The queue's priority levels that have a consumer: 0, and 1–9 with ``priorities``."""
+        return (0, *LANES) if record.spec.priorities else (0,)
+
+    async def _floors(self, record: QueueRecord) -> dict[str, int]:
+        """The last sequence each consumer delivered, by the subject it delivers: a message at or
+        below it has been taken (it is in flight), one above it waits."""
+        subject = subject_for(record.spec.project, record.spec.name)
+        levels = self._levels(record)
+        infos = await asyncio.gather(*(self._consumer_info(record, lane_consumer(level)) for level in levels))
+        return {lane_subject(subject, level): info.delivered.stream_seq for level, info in zip(levels, infos, strict=True)}
 
     async def receive(self, project: str, name: str, max_messages: int = 1, wait: float = 1.0) -> list[dict[str, Any]]:
         """Take up to ``max_messages`` messages, waiting up to ``wait`` seconds for the first.
@@ -446,17 +461,10 @@ class QueueService:
                 message = f"must be {rule(field)} (got {value!r})"
                 raise SpecError(f"{field} {message}.", errors=[{"field": field, "message": message}])
         record = await self.live(project, name)
-        js = self.conn.queue_js(record.id)
-        try:
-            sub = await retry_unavailable(lambda: js.pull_subscribe_bind(CONSUMER, stream=stream_name(record.id)))
-        except UNAVAILABLE:
-            raise Conflict(f"Queue '{name}' in project '{project}' is not ready yet.") from None
-        try:
-            msgs = await sub.fetch(max_messages, timeout=max(wait, 0.05))
-        except (nats.errors.TimeoutError, TimeoutError):  # nats-py raises either when nothing came
-            msgs = []
-        finally:
-            await sub.unsubscribe()
+        if record.spec.priorities:
+            msgs = await self._take_by_priority(record, max_messages, wait)
+        else:
+            msgs = await self._take(record, CONSUMER, max_messages, wait)
         now = datetime.now(UTC)
         kept = []
         for msg in msgs:  # one past its start deadline is not started again: dropped, counted expired
@@ -468,6 +476,34 @@ class QueueService:
             else:
                 kept.append(msg)
         return [self._received(record, msg, now + timedelta(seconds=self._lease(record, msg))) for msg in kept]
+
+    async def _take(self, record: QueueRecord, consumer: str, count: int, wait: float) -> list[Any]:
+        """Up to ``count`` messages from one consumer, waiting up to ``wait`` seconds for the first."""
+        js = self.conn.queue_js(record.id)
+        try:
+            sub = await retry_unavailable(lambda: js.pull_subscribe_bind(consumer, stream=stream_name(record.id)))
+        except UNAVAILABLE:
+            raise Conflict(f"Queue '{record.spec.name}' in project '{record.spec.project}' is not ready yet.") from None
+        try:
+            return await sub.fetch(count, timeout=max(wait, 0.05))
+        except (nats.errors.TimeoutError, TimeoutError):  # nats-py raises either when nothing came
+            return []
+        finally:
+            await sub.unsubscribe()
+
+    async def _take_by_priority(self, record: QueueRecord, count: int, wait: float) -> list[Any]:
+        """Up to ``count`` messages, the highest priority lane first; while none came, every lane is
+        looked at again every PRIORITY_POLL seconds, for up to ``wait`` seconds."""
+        deadline = time.monotonic() + wait
+        while True:
+            msgs: list[Any] = []
+            for level in sorted(self._levels(record), reverse=True):
+                msgs += await self._take(record, lane_consumer(level), count - len(msgs), 0.0)
+                if len(msgs) == count:
+                    break
+            if msgs or time.monotonic() >= deadline:
+                return msgs
+            await asyncio.sleep(min(PRIORITY_POLL, max(deadline - time.monotonic(), 0)))
 
     @staticmethod
     def _lease(record: QueueRecord, msg: Any) -> float:
@@ -569,7 +605,7 @@ class QueueService:
         record = await self.live(project, name)
         page = _Page(max_bytes)
         if phase == "q":
-            delivered = (await self._consumer_info(record)).delivered.stream_seq
+            delivered = await self._floors(record)
             notes = await self._error_notes(record.id)
             more = True
             while more:
@@ -600,7 +636,7 @@ class QueueService:
             if cursor is None:
                 return
 
-    def _exported_message(self, record: QueueRecord, letter: Letter, delivered: int,
+    def _exported_message(self, record: QueueRecord, letter: Letter, delivered: dict[str, int],
                           notes: dict[int, str]) -> dict[str, Any]:
         h, seq = letter.headers, letter.sequence
         if h.get("Nats-Subject", "").startswith(delay_subjects(subject_for(record.spec.project, record.spec.name))[:-1]):
@@ -608,7 +644,7 @@ class QueueService:
             return _exported(letter, "delayed", attempts=prior_attempts(h), last_error=h.get(LAST_ERROR),
                              due_at=rfc3339(due) if due else None)
         noted = notes.get(message_id(h, seq)) or h.get(LAST_ERROR)
-        if seq > delivered:
+        if seq > delivered.get(h.get("Nats-Subject", ""), 0):  # above its lane's last delivered one
             return _exported(letter, "waiting", attempts=prior_attempts(h), last_error=noted)
         return _exported(letter, "in_flight", attempts=prior_attempts(h) + 1, last_error=noted)
 
@@ -647,9 +683,11 @@ class QueueService:
         when the clear started is removed. The race: a message delivered while the clear runs may
         be removed while leased; its worker's delete (ack) is then harmless, and a nack finds it gone."""
         record = await self.live(project, name)
-        info, consumer = await asyncio.gather(self._stream_info(record), self._consumer_info(record))
+        info, floors = await asyncio.gather(self._stream_info(record), self._floors(record))
         last = info.state.last_seq
-        waiting = await self._delete_stored(record, consumer.delivered.stream_seq, last)
+        waiting = 0
+        for subject, floor in floors.items():  # the queue's subject, and each priority lane's
+            waiting += await self._delete_stored(record, floor, last, subject=subject)
         delayed = await self._purge(record, delay_subjects(subject_for(project, name)), last + 1)
         dlq = await self._dead_letter_queue(record)
         dead = 0
@@ -676,11 +714,12 @@ class QueueService:
         return int(answer.get("purged", 0))
 
     async def _delete_stored(self, record: QueueRecord, after: int, last: int,
-                             chosen: Callable[[Letter], bool] = lambda letter: True) -> int:
-        """Delete the ``chosen`` messages of ``record``'s queue subject stored after ``after`` up to
-        ``last``, CLEAR_WINDOW deletes in flight at once; how many were still there."""
+                             chosen: Callable[[Letter], bool] = lambda letter: True, *,
+                             subject: Optional[str] = None) -> int:
+        """Delete the ``chosen`` messages of ``record``'s queue subject (or ``subject``) stored after
+        ``after`` up to ``last``, CLEAR_WINDOW deletes in flight at once; how many were still there."""
         js, stream = self.conn.queue_js(record.id), stream_name(record.id)
-        subject = subject_for(record.spec.project, record.spec.name)
+        subject = subject or subject_for(record.spec.project, record.spec.name)
         removed, more = 0, True
         while more and after < last:
             letters, more = await self._read(record, after, subject)

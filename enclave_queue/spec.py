@@ -51,7 +51,11 @@ LIMIT_RULE = ("a queue without max_messages takes delayed messages (JetStream me
               "max_messages instead (a queue with a limit can change it, or drop it)")
 
 #: the settings that can change on a live queue (name and project cannot)
-MUTABLE = ("dead_letter_queue", *LIMITS, "retry_backoff_seconds")
+MUTABLE = ("dead_letter_queue", *LIMITS, "retry_backoff_seconds", "priorities")
+
+#: message priorities (``put(priority=)``) a queue with ``priorities`` takes; higher is taken first
+MIN_PRIORITY, MAX_PRIORITY = 0, 9
+PRIORITIES_RULE = "true or false; once true it stays true (messages on the priority lanes would be stranded)"
 
 
 def _bounded(field: str, *, default: bool = True) -> Any:
@@ -108,6 +112,8 @@ def rule(field: str) -> str:
         return NAME_RULE
     if field == "retry_backoff_seconds":
         return BACKOFF_RULE
+    if field == "priorities":
+        return PRIORITIES_RULE
     return "valid"
 
 
@@ -130,6 +136,8 @@ class QueueSpec(BaseModel):
     #: seconds before each retry (the last repeats): the lease of each receive, and the delay of
     #: a nack() without one; None = the visibility timeout for every receive, nacks at once
     retry_backoff_seconds: Optional[Backoff] = None
+    #: messages may carry a priority (0–9, higher taken first): one consumer a level (a lane)
+    priorities: bool = False
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> QueueSpec:
@@ -176,6 +184,7 @@ class QueuePatch(BaseModel):
     max_messages: Optional[int] = _bounded("max_messages", default=False)
     dedupe_window_seconds: Optional[int] = _bounded("dedupe_window_seconds", default=False)
     retry_backoff_seconds: Optional[Backoff] = None
+    priorities: Optional[bool] = None
 
     def apply(self, spec: QueueSpec) -> QueueSpec:
         """Return ``spec`` with this patch applied; raises SpecError if the result is invalid."""
@@ -184,6 +193,9 @@ class QueuePatch(BaseModel):
             if value is None and field not in ("dead_letter_queue", "retry_backoff_seconds"):
                 raise SpecError(f"{field} cannot be null; it must be {rule(field)}.",
                                 errors=[{"field": field, "message": f"must be {rule(field)}"}])
+        if spec.priorities and changes.get("priorities") is False:
+            raise SpecError(f"priorities cannot be turned off on queue '{spec.name}': it must be {PRIORITIES_RULE}.",
+                            errors=[{"field": "priorities", "message": f"must be {PRIORITIES_RULE}"}])
         if spec.max_messages == 0 and changes.get("max_messages"):
             raise SpecError(f"max_messages cannot be set on queue '{spec.name}', which has no limit: {LIMIT_RULE}.",
                             errors=[{"field": "max_messages", "message": f"cannot be set in place: {LIMIT_RULE}"}])
@@ -206,6 +218,7 @@ class Queue(BaseModel):
     max_messages: int
     dedupe_window_seconds: int
     retry_backoff_seconds: Optional[list[int]]
+    priorities: bool
     username: str
     password_secret: str
     subject: str

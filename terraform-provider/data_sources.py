@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from tf.iface import DataSource, ReadDataContext
 from tf.schema import Attribute, Schema
-from tf.types import List, Number, String
+from tf.types import Bool, List, Number, String
 
 from enclave_queue.admin import AdminClient
 from enclave_queue.errors import EnclaveError
@@ -37,6 +37,7 @@ QUEUE_SCHEMA = Schema(version=0, description="An existing queue's settings and o
     Attribute("retention_hours", Number(), computed=True),
     Attribute("visibility_timeout_seconds", Number(), computed=True),
     Attribute("retry_backoff_seconds", List(Number()), computed=True),
+    Attribute("priorities", Bool(), computed=True),
     *(Attribute(output, String(), computed=True) for output in model.OUTPUTS),
 ])
 

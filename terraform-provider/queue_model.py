@@ -25,15 +25,19 @@ from enclave_queue.spec import (
     MAX_BACKOFF_STEPS,
     MUTABLE,
     NAME_RULE,
+    PRIORITIES_RULE,
     PROJECT_RULE,
     ProjectName,
     QueueName,
+    QueueSpec,
     rule,
 )
 
 NAME = re.compile(get_args(QueueName)[1].pattern)
 PROJECT = re.compile(get_args(ProjectName)[1].pattern)
 STEP_LIMITS = LIMITS["visibility_timeout_seconds"]  #: each retry_backoff_seconds entry: seconds
+#: the boolean settings and their defaults
+FLAGS = {"priorities": QueueSpec.model_fields["priorities"].default}
 
 #: settings that change in place (spec.MUTABLE); name and project replace the queue
 ARGUMENTS = ("name", "project", *MUTABLE)
@@ -162,7 +166,8 @@ def plan(prior: Optional[Mapping[str, Any]], config: Mapping[str, Any], proposed
     with no change is the prior state exactly.
     """
     planned = dict(proposed)
-    for field, (_, default, _) in LIMITS.items():
+    defaults = {**{field: default for field, (_, default, _) in LIMITS.items()}, **FLAGS}
+    for field, default in defaults.items():
         if config.get(field) is None:
             planned[field] = default
     if config.get("project") is None:
@@ -183,13 +188,26 @@ def plan(prior: Optional[Mapping[str, Any]], config: Mapping[str, Any], proposed
     return planned, replace
 
 
+def refused_changes(prior: Optional[Mapping[str, Any]], planned: Mapping[str, Any]) -> list[Problem]:
+    """The in-place changes the API would refuse, each as a Problem naming its attribute:
+    priorities turned off (a plan that replaces the queue may leave them off)."""
+    if prior is None or any(_differs(planned.get(field), prior.get(field)) for field in REPLACES):
+        return []
+    if prior.get("priorities") is True and planned.get("priorities") is False:
+        return [Problem(("priorities",), "Invalid priorities",
+                        f"priorities cannot be turned off on queue '{prior.get('name')}': it must be "
+                        f"{PRIORITIES_RULE}. Keep priorities = true, or replace the queue.")]
+    return []
+
+
 def _int_list(value: Any) -> Optional[list[int]]:
     return None if value is None else [int(whole(step) or 0) for step in value]
 
 
 def create_body(planned: Mapping[str, Any]) -> dict[str, Any]:
     """The body of ``POST /v1/projects/{project}/queues`` for a planned (fully known) state."""
-    body: dict[str, Any] = {"name": planned["name"], **{field: whole(planned[field]) for field in LIMITS}}
+    body: dict[str, Any] = {"name": planned["name"], **{field: whole(planned[field]) for field in LIMITS},
+                            **{field: bool(planned[field]) for field in FLAGS}}
     if planned.get("dead_letter_queue") is not None:
         body["dead_letter_queue"] = planned["dead_letter_queue"]
     if planned.get("retry_backoff_seconds") is not None:

@@ -21,12 +21,12 @@ from tf.iface import (
     UpgradeContext,
 )
 from tf.schema import Attribute, Schema
-from tf.types import List, Number, String
+from tf.types import Bool, List, Number, String
 from tf.utils import Diagnostics
 
 from enclave_queue.admin import AdminClient
 from enclave_queue.errors import EnclaveError, NotFound
-from enclave_queue.spec import BACKOFF_RULE, LIMITS, NAME_RULE
+from enclave_queue.spec import BACKOFF_RULE, LIMITS, MAX_PRIORITY, MIN_PRIORITY, NAME_RULE
 
 from . import queue_model as model
 from .diagnostics import api_error, tf_path
@@ -68,6 +68,10 @@ SCHEMA = Schema(version=0, description="A queue of Enclave Queues: a JetStream s
     Attribute("retry_backoff_seconds", List(Number()), optional=True,
               description=f"Seconds before each retry, the last repeating: {BACKOFF_RULE}; fewer entries than "
                           "max_receives when that is not 0."),
+    Attribute("priorities", Bool(), optional=True, computed=True,
+              description=f"Messages may carry a priority ({MIN_PRIORITY}–{MAX_PRIORITY}, higher taken first); "
+                          "default false. It can be turned on in place but never off again: a plan from true to "
+                          "false is an error."),
     Attribute("broker_url", String(), computed=True, description="Where apps on this machine reach the broker."),
     Attribute("id", String(), computed=True, description="The queue's stable random id."),
     Attribute("internal_broker_url", String(), computed=True, description="Where containers reach the broker."),
@@ -97,9 +101,9 @@ class QueueResource(Resource):
 
     def plan(self, ctx: PlanContext, current: Optional[dict[str, Any]], planned: dict[str, Any]) -> dict[str, Any]:
         config = getattr(ctx, "config", None) or {}
-        for problem in model.validate(config):
-            ctx.diagnostics.add_error(problem.summary, problem.detail, path=tf_path(problem.path))
         result, replace = model.plan(current, config, planned, self.provider.project)
+        for problem in [*model.validate(config), *model.refused_changes(current, result)]:
+            ctx.diagnostics.add_error(problem.summary, problem.detail, path=tf_path(problem.path))
         if hasattr(ctx, "requires_replace"):
             ctx.requires_replace.extend(replace)
         return result

@@ -4,13 +4,25 @@ Each queue is its own NATS account, named by the queue's id, so nothing one queu
 can reach another queue (inside one account, a reply subject on an allowed request would let the
 server write into any stream of that account; across accounts there is nothing to reach).
 The user's permissions are allow-only: publish into the queue, pull from and acknowledge on its
-one consumer, read its own stream; subscribe only under its own inbox prefix.
+consumers (one, or one a priority level), read its own stream; subscribe only under its own inbox prefix.
 """
 
 from __future__ import annotations
 
-#: the durable pull consumer every queue's workers share
+#: the durable pull consumer every queue's workers share (priority 0: the queue's own subject)
 CONSUMER = "worker"
+#: the priority levels above 0 a queue with ``priorities`` has a consumer (a lane) of its own for
+LANES = tuple(range(1, 10))
+
+
+def lane_consumer(priority: int) -> str:
+    """The consumer of one priority level: ``worker`` for 0, ``worker-p<N>`` above."""
+    return CONSUMER if priority == 0 else f"{CONSUMER}-p{priority}"
+
+
+def lane_of(consumer: str) -> int:
+    """The priority level a consumer serves (the inverse of ``lane_consumer``)."""
+    return int(consumer.rsplit("-p", 1)[1]) if consumer.startswith(f"{CONSUMER}-p") else 0
 #: every queue subject lives under this token inside its own account
 SUBJECT_ROOT = "queue"
 #: an app records why a message failed here (``.<stream seq>``); the broker stores it for the
@@ -47,10 +59,10 @@ def app_permissions(queue_id: str) -> dict[str, dict[str, list[str]]]:
         "publish": {
             "allow": [
                 f"{SUBJECT_ROOT}.>",
-                f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{CONSUMER}",
-                f"$JS.ACK.{stream}.{CONSUMER}.>",
+                f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*",  # the queue's consumer and its priority lanes
+                f"$JS.ACK.{stream}.*.>",
                 f"$JS.API.STREAM.INFO.{stream}",
-                f"$JS.API.CONSUMER.INFO.{stream}.{CONSUMER}",
+                f"$JS.API.CONSUMER.INFO.{stream}.*",
                 f"$JS.API.DIRECT.GET.{stream}",
                 f"$JS.API.DIRECT.GET.{stream}.>",
                 f"{ERRORS_SUBJECT}.*",

@@ -29,8 +29,9 @@ MAX_MEMORY_STORE = 512 * 1024 * 1024  #: bytes
 #: JetStream's clear error (10054) instead of a protocol error that closes the connection
 MAX_PAYLOAD = 2 * 1024 * 1024
 
-#: every advisory about a queue's consumer (``$JS.EVENT.ADVISORY.CONSUMER.<KIND>.<stream>.worker``)
-#: is exported to the control plane in one entry and arrives there as ``adv.<id>.<KIND>``: the
+#: every advisory about a queue's consumers (``$JS.EVENT.ADVISORY.CONSUMER.<KIND>.<stream>.<consumer>``:
+#: ``worker`` and its priority lanes) is exported to the control plane in one entry and arrives
+#: there as ``adv.<id>.<KIND>.<consumer>``: the
 #: dead-letter mover's stream keeps MAX_DELIVERIES, the nak counter listens to MSG_NAKED. One
 #: wildcard entry instead of one per kind keeps the configuration (and each reload) small; the
 #: broker only emits an advisory that someone listens to, so unheard kinds cost nothing
@@ -68,12 +69,13 @@ def send_subject(queue_id: str, subject: str) -> str:
 
 
 def advisory_subject(queue_id: str, kind: str) -> str:
-    """Where a queue's consumer advisories of ``kind`` (``MSG_NAKED``, or ``*``) land in the control account."""
-    return f"adv.{queue_id}.{kind}"
+    """Where a queue's consumer advisories of ``kind`` (``MSG_NAKED``, or ``*``) land in the control
+    account, from any of its consumers (the last token)."""
+    return f"adv.{queue_id}.{kind}.*"
 
 
 def consumer_advisories(stream: str, kind: str = ADVISORY_KINDS) -> str:
-    return f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{stream}.{users.CONSUMER}"
+    return f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{stream}.*"  # the queue's consumer and its priority lanes
 
 
 def errors_subject(queue_id: str, sequence: int | str = "*") -> str:
@@ -121,7 +123,7 @@ def queue_account(entry: AccountEntry) -> dict[str, Any]:
         "exports": [
             {"service": "$JS.API.>", "response_type": "stream", "accounts": only_control},
             {"service": f"{users.SUBJECT_ROOT}.>", "accounts": only_control},
-            {"service": f"$JS.ACK.{stream}.{users.CONSUMER}.>", "accounts": only_control},
+            {"service": f"$JS.ACK.{stream}.*.>", "accounts": only_control},
             {"stream": consumer_advisories(stream), "accounts": only_control},
         ],
     }
@@ -132,7 +134,7 @@ def control_imports(entry: AccountEntry) -> list[dict[str, Any]]:
     return [
         {"service": {"account": entry.id, "subject": "$JS.API.>"}, "to": f"{jsapi_prefix(entry.id)}.>"},
         {"service": {"account": entry.id, "subject": f"{users.SUBJECT_ROOT}.>"}, "to": f"send.{entry.id}.>"},
-        {"service": {"account": entry.id, "subject": f"$JS.ACK.{stream}.{users.CONSUMER}.>"}},
+        {"service": {"account": entry.id, "subject": f"$JS.ACK.{stream}.*.>"}},
         {"stream": {"account": entry.id, "subject": consumer_advisories(stream)},
          "to": advisory_subject(entry.id, ADVISORY_KINDS)},
     ]

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import nats.errors
 from nats.aio.msg import Msg
 
+from .. import envelope
+from ..auth.users import LANES, lane_consumer
 from ..errors import BrokerUnavailable, EnclaveError, SpecError
 from .message import PeekedMessage
 from .receiving import _Pull
@@ -78,10 +80,12 @@ class Inspecting:
         """Messages waiting to be received, delayed ones included: everything stored that is not
         in flight (the stream's messages minus the consumer's ``num_ack_pending``). Two reads,
         not one snapshot: under concurrent sends and receives it is an estimate."""
-        stream, consumer = await asyncio.gather(
+        levels = await self._levels()
+        names = [self.credentials.consumer if level == 0 else lane_consumer(level) for level in levels]
+        stream, *consumers = await asyncio.gather(
             self._info(f"STREAM.INFO.{self.credentials.stream}"),
-            self._info(f"CONSUMER.INFO.{self.credentials.stream}.{self.credentials.consumer}"))
-        return max(int(stream["state"]["messages"]) - int(consumer["num_ack_pending"]), 0)
+            *(self._info(f"CONSUMER.INFO.{self.credentials.stream}.{name}") for name in names))
+        return max(int(stream["state"]["messages"]) - sum(int(c["num_ack_pending"]) for c in consumers), 0)
 
     async def peek(self: Queue, limit: int = 10, *, timeout: float = 5.0) -> list[PeekedMessage]:
         """The oldest ``limit`` (1–100) messages, waiting or in flight, oldest first, read by
@@ -91,10 +95,19 @@ class Inspecting:
             message = f"must be an integer from 1 to {MAX_PEEK} (got {limit!r})"
             raise SpecError(f"limit {message}.", errors=[{"field": "limit", "message": message}])
         self._check_open()
+        subjects = [self.subject]
+        if len(await self._levels()) > 1:  # priority lanes: every lane, merged by sequence
+            subjects.append(envelope.lane_subject(self.subject, LANES[0]).rsplit(".", 1)[0] + ".*")
+        found = [m for subject in subjects for m in await self._direct_get(subject, limit, timeout)]
+        found.sort(key=lambda m: int(m.headers["Nats-Sequence"]))
+        return [PeekedMessage.from_direct_get(m) for m in found[:limit]]
+
+    async def _direct_get(self: Queue, subject: str, limit: int, timeout: float) -> list[Msg]:
+        """The oldest ``limit`` messages stored on ``subject`` (a batched direct get)."""
         loop = asyncio.get_running_loop()
         token = f"g{next(self._ids)}"
         inbox = f"{self._mux}.peek.{token}"
-        request = json.dumps({"seq": 1, "next_by_subj": self.subject, "batch": limit}).encode()
+        request = json.dumps({"seq": 1, "next_by_subj": subject, "batch": limit}).encode()
         deadline = loop.time() + 3.0
         delay = 0.01
         pull = _Pull(limit, loop.create_future())  # failed by a permission denial or close
@@ -126,7 +139,7 @@ class Inspecting:
                 await sub.unsubscribe()
         if pull.unanswered and not pull.messages:
             raise BrokerUnavailable("The broker did not answer the peek (no responders); try again.")
-        return [PeekedMessage.from_direct_get(m) for m in pull.messages]
+        return pull.messages
 
     async def depth_history(self: Queue, hours: int = 24) -> list[dict[str, Any]]:
         """The queue's depth samples of the last ``hours`` (1–168) hours, oldest first:

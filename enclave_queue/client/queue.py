@@ -52,7 +52,7 @@ from nats.aio.msg import Msg
 from nats.nuid import NUID
 
 from .. import envelope
-from ..auth.users import DESK_SUBJECT, ERRORS_SUBJECT, NOTES_SUBJECT, REJECT_SUBJECT
+from ..auth.users import DESK_SUBJECT, ERRORS_SUBJECT, LANES, NOTES_SUBJECT, REJECT_SUBJECT
 from ..errors import (
     QUEUE_FULL,
     BrokerUnavailable,
@@ -111,7 +111,8 @@ class Queue(Receiving, Inspecting):
         self._config: Optional[tuple[float, dict[str, Any]]] = None  #: (valid until, consumer settings)
         self._keepers: set[asyncio.Task[None]] = set()  #: lease keepers of messages with a lease of their own
         self._last_seq = 0  #: the last sequence a PubAck named: a delayed put's first guess
-        self._max_body: Optional[tuple[float, int]] = None  #: (valid until, largest body in bytes)
+        #: (valid until, largest body in bytes, whether the queue has priority lanes)
+        self._stream: Optional[tuple[float, int, bool]] = None
 
     async def _start(self) -> None:
         self._sub = await self._nc.subscribe(f"{self._mux}.*", cb=self._on_reply)
@@ -263,13 +264,22 @@ class Queue(Receiving, Inspecting):
         """The queue's retry schedule in seconds (the consumer's backoff)."""
         return (await self._consumer())["backoff"]
 
+    async def _stream_settings(self) -> tuple[int, bool]:
+        """The largest body the queue accepts and whether it has priority lanes (from its stream's
+        configuration), cached for a while."""
+        if self._stream is None or time.monotonic() > self._stream[0]:
+            config = (await self._info(f"STREAM.INFO.{self.credentials.stream}"))["config"]
+            lanes = envelope.lane_subject(self.subject, LANES[0]) in config.get("subjects", [])
+            self._stream = (time.monotonic() + SCHEDULE_TTL, int(config["max_msg_size"]) - HEADER_ROOM, lanes)
+        return self._stream[1], self._stream[2]
+
     async def max_message_bytes(self) -> int:
         """The largest body the queue accepts (its ``max_message_bytes``), cached for a while."""
-        if self._max_body is None or time.monotonic() > self._max_body[0]:
-            info = await self._info(f"STREAM.INFO.{self.credentials.stream}")
-            limit = int(info["config"]["max_msg_size"]) - HEADER_ROOM
-            self._max_body = (time.monotonic() + SCHEDULE_TTL, limit)
-        return self._max_body[1]
+        return (await self._stream_settings())[0]
+
+    async def _levels(self) -> tuple[int, ...]:
+        """The queue's priority levels, highest first: 9 to 0 on a queue with ``priorities``, else 0."""
+        return (*reversed(LANES), 0) if (await self._stream_settings())[1] else (0,)
 
     async def _check_size(self, data: bytes) -> None:
         limit = await self.max_message_bytes()
@@ -293,7 +303,7 @@ class Queue(Receiving, Inspecting):
         return int(ack["seq"])
 
     async def put(self, body: Any, *, delay_s: Optional[float] = None, dedupe_key: Optional[str] = None,
-                  ttl_s: Optional[float] = None, headers: Optional[dict[str, str]] = None,
+                  ttl_s: Optional[float] = None, priority: int = 0, headers: Optional[dict[str, str]] = None,
                   timeout: float = DEFAULT_TIMEOUT) -> int:
         """Put one message; returns its id once the broker has stored it.
 
@@ -303,12 +313,15 @@ class Queue(Receiving, Inspecting):
           dedupe window stores nothing and returns the first message's id.
         - ``ttl_s`` (1 s–14 days, more than ``delay_s``): a start deadline from now; a message not
           taken by then is dropped unrun and counted as expired.
+        - ``priority`` (0–9, on a queue with ``priorities``): of the messages waiting, those of the
+          highest priority are taken first.
 
         Raises ``QueueFull`` when the queue holds ``max_messages``, ``MessageTooLarge``, and
         ``SpecError`` naming the option for a bad one."""
         self._check_open()
         delay = envelope.check_delay(delay_s) if delay_s is not None else 0.0
         ttl = envelope.check_ttl(ttl_s, delay) if ttl_s is not None else None
+        target = await self._lane(envelope.check_priority(priority))
         extra = {"Nats-Msg-Id": check_dedupe_key(dedupe_key)} if dedupe_key is not None else {}
         data, content = encode(body)
         await self._check_size(data)
@@ -316,15 +329,24 @@ class Queue(Receiving, Inspecting):
         merged = {**(content or {}), **(headers or {}), **extra, **envelope.put_headers(now, delay_s=delay, ttl_s=ttl)}
         if delay > 0:
             due = now + timedelta(seconds=delay)
-            merged.update(envelope.schedule_headers(self.subject, due))
+            merged.update(envelope.schedule_headers(target, due))
             seq, duplicate = await self._put_scheduled(data, merged, timeout)
             if not duplicate:
                 await self._note({"scheduled": 1})
         else:
-            seq, duplicate = await self._publish(self.subject, data, merged, timeout)
+            seq, duplicate = await self._publish(target, data, merged, timeout)
         if ttl is not None and not duplicate:
             await self._note({"seq": seq, "deadline": merged[envelope.DEADLINE]})
         return seq
+
+    async def _lane(self, priority: int) -> str:
+        """The subject a message of ``priority`` is put on; SpecError if the queue has no lanes."""
+        if priority == 0:
+            return self.subject
+        if not (await self._stream_settings())[1]:
+            rule = "must be 0 on a queue without priorities (set priorities: true on the queue)"
+            raise SpecError(f"priority {rule}; the message was not stored.", errors=[{"field": "priority", "message": rule}])
+        return envelope.lane_subject(self.subject, priority)
 
     async def send(self, body: Any, *, dedupe_key: Optional[str] = None, headers: Optional[dict[str, str]] = None,
                    timeout: float = DEFAULT_TIMEOUT) -> int:

@@ -9,6 +9,14 @@ own, then looks at what arrived before handing it over (``_arrived``):
   dead-lettered (the broker counts the receives of each copy only);
 - messages tried before get their ``last_error`` from the control plane, one request a batch;
 - a ``lease_s`` other than the broker's starts the message's lease keeper (message.py).
+
+On a queue with ``priorities`` every level 1–9 has a consumer of its own (a lane). A receive
+asks the lanes in turn, highest first, without waiting, until it has its batch; if none had a
+message it long-polls all of them at once (``_pull_any``). So of the messages waiting when a
+receive starts, the highest priority ones are taken first. Under concurrency that is per
+receive, not global: a worker that asked lane 9 an instant before a priority-9 message arrived
+takes a priority-5 one from lane 5 meanwhile; and a batch is filled from lower lanes once the
+higher are empty.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import nats.errors
 from nats.aio.msg import Msg
 
 from .. import envelope
+from ..auth.users import lane_consumer
 from ..errors import EnclaveError, SpecError
 from ..spec import scheduled_delay
 from .message import Message
@@ -55,7 +64,7 @@ def _wait_rule(field: str, value: Any, high: float) -> float:
 
 
 class Receiving:
-    async def _pull(self: Queue, batch: int, *, expires: float = 0.0) -> list[Msg]:
+    async def _pull(self: Queue, batch: int, *, expires: float = 0.0, level: int = 0) -> list[Msg]:
         """One pull request: up to ``batch`` messages; waits up to ``expires`` seconds (0 = none).
         Each pull has its own inbox: delivered messages keep their original subject, so only
         the subscription tells whose they are. A request the broker did not take ("no
@@ -88,9 +97,10 @@ class Receiving:
             request["no_wait"] = True
         deadline = loop.time() + expires + 5.0
         delay = 0.01
+        next_subject = self._next_subject if level == 0 else self._lane_next(level)
         try:
             while True:
-                await self._nc.publish(self._next_subject, json.dumps(request).encode(), reply=inbox)
+                await self._nc.publish(next_subject, json.dumps(request).encode(), reply=inbox)
                 await asyncio.wait_for(asyncio.shield(pull.done), max(deadline - loop.time(), 0.001))
                 if not pull.unanswered or pull.messages or loop.time() + delay > deadline:
                     break
@@ -104,6 +114,40 @@ class Receiving:
             with contextlib.suppress(nats.errors.Error):  # the connection may be closing
                 await sub.unsubscribe()
         return pull.messages
+
+    def _lane_next(self: Queue, level: int) -> str:
+        return f"$JS.API.CONSUMER.MSG.NEXT.{self.credentials.stream}.{lane_consumer(level)}"
+
+    async def _pull_any(self: Queue, levels: tuple[int, ...], wait: float) -> list[Msg]:
+        """A long poll of every priority lane at once (one message each), ended by the first message
+        to arrive. The other lanes' pull requests end with the inbox: the broker delivers nothing
+        to a pull request whose reply subject nobody listens to any more (measured). A message a
+        lane sent just before that is kept too; the highest priority comes first."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        token = f"p{next(self._ids)}"
+        pull = _Pull(1, loop.create_future())  # failed by a permission denial or close
+        self._waiting[token] = pull
+
+        async def collect(msg: Msg) -> None:
+            if msg.headers and msg.headers.get(_STATUS):  # heartbeats, the end of a lane's request
+                return
+            pull.messages.append(msg)
+            if not pull.done.done():
+                pull.done.set_result(None)
+
+        sub = await self._nc.subscribe(f"{self._mux}.pull.{token}.*", cb=collect)
+        request = json.dumps({"batch": 1, "expires": int(wait * 1e9)}).encode()
+        try:
+            for level in levels:
+                await self._nc.publish(self._lane_next(level), request, reply=f"{self._mux}.pull.{token}.{level}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(pull.done), wait + 1.0)
+        finally:
+            self._waiting.pop(token, None)
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+        return sorted(pull.messages, key=lambda m: -envelope.priority_of(m.subject))
 
     async def _arrived(self: Queue, msgs: list[Msg], lease_s: Optional[float]) -> list[Message]:
         """Messages as handed over: expired ones dropped, over-tried ones dead-lettered, last errors
@@ -149,12 +193,33 @@ class Receiving:
             raise SpecError(f"batch {message}.", errors=[{"field": "batch", "message": message}])
         if lease_s is not None:
             lease_s = envelope.check_lease(lease_s)
-        msgs = await self._pull(batch)
+        levels = await self._levels()
+        if levels == (0,):
+            msgs = await self._pull(batch)
+            if not msgs and wait > 0:
+                msgs = await self._pull(1, expires=wait)
+                if msgs and batch > 1:
+                    msgs += await self._pull(batch - 1)
+            return await self._arrived(msgs, lease_s)
+        msgs = await self._take_by_priority(levels, batch)
         if not msgs and wait > 0:
-            msgs = await self._pull(1, expires=wait)
-            if msgs and batch > 1:
-                msgs += await self._pull(batch - 1)
-        return await self._arrived(msgs, lease_s)
+            msgs = await self._pull_any(levels, wait)
+            if msgs and batch > len(msgs):
+                msgs += await self._take_by_priority(levels, batch - len(msgs))
+        messages = await self._arrived(msgs, lease_s)
+        for extra in messages[batch:]:  # two lanes answered the long poll at once: not spent
+            with contextlib.suppress(EnclaveError):
+                await extra.release()
+        return messages[:batch]
+
+    async def _take_by_priority(self: Queue, levels: tuple[int, ...], batch: int) -> list[Msg]:
+        """Up to ``batch`` messages without waiting, from the highest priority lane down."""
+        msgs: list[Msg] = []
+        for level in levels:
+            msgs += await self._pull(batch - len(msgs), level=level)
+            if len(msgs) == batch:
+                break
+        return msgs
 
     async def get(self: Queue, timeout_s: float = 20.0, *, lease_s: Optional[float] = None) -> Optional[Message]:
         """One message, waiting up to ``timeout_s`` (0–60) seconds for it (a long poll: it returns

@@ -25,7 +25,7 @@ from fastapi.templating import Jinja2Templates
 from ..auth.tokens import token_digest
 from ..errors import Conflict, EnclaveError, NotFound, SpecError
 from ..service import QueueService
-from ..spec import LIMITS, MUTABLE, NAME_RULE, PROJECT_RULE, parse_patch, parse_spec, rule
+from ..spec import LIMITS, MAX_PRIORITY, MIN_PRIORITY, MUTABLE, NAME_RULE, PROJECT_RULE, parse_patch, parse_spec, rule
 from .sessions import COOKIE, LIFETIME, PRE_COOKIE, Session
 
 HERE = Path(__file__).parent
@@ -34,7 +34,8 @@ PROJECT = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 NAME = re.compile(r"^[a-z][a-z0-9-]{2,39}$")
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
-templates.env.globals.update(LIMITS=LIMITS, rule=rule, NAME_RULE=NAME_RULE, TABS=TABS)
+templates.env.globals.update(LIMITS=LIMITS, rule=rule, NAME_RULE=NAME_RULE, TABS=TABS, MIN_PRIORITY=MIN_PRIORITY,
+                             MAX_PRIORITY=MAX_PRIORITY)
 router = APIRouter(include_in_schema=False)
 
 
@@ -118,7 +119,8 @@ def field_errors(exc: EnclaveError) -> dict[str, str]:
 
 def settings_from_form(form: dict[str, str]) -> dict[str, Any]:
     """Form strings as a spec: empty numbers are left out (their defaults apply), an empty
-    dead-letter queue or backoff means none, and the backoff is a comma-separated list."""
+    dead-letter queue or backoff means none, the backoff is a comma-separated list, and the
+    priorities checkbox is sent only when ticked (turning them on; they never go off)."""
     data: dict[str, Any] = {}
     for key in LIMITS:
         value = form.get(key, "").strip()
@@ -130,6 +132,8 @@ def settings_from_form(form: dict[str, str]) -> dict[str, Any]:
         text = form["retry_backoff_seconds"].strip()
         data["retry_backoff_seconds"] = [part.strip() for part in text.replace(" ", ",").split(",") if part.strip()] \
             if text else None
+    if "priorities" in form:
+        data["priorities"] = form["priorities"]
     return data
 
 

@@ -44,7 +44,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from .. import envelope
-from ..auth.users import CONSUMER, stream_name
+from ..auth.users import LANES, lane_consumer, stream_name
 from ..broker.config import advisory_subject, errors_subject, jsapi_prefix, send_subject
 from ..broker.connection import BrokerConnection, delete_message, ensure_stream, retry_unavailable
 from ..envelope import one_line
@@ -298,16 +298,24 @@ class DeadLetters:
         return count
 
     async def sweep_queue(self, record: QueueRecord) -> int:
+        count = 0
+        for level in (0, *(LANES if record.spec.priorities else ())):
+            count += await self._sweep_lane(record, level)
+        return count
+
+    async def _sweep_lane(self, record: QueueRecord, level: int) -> int:
+        """The sweep of one consumer: the queue's own (level 0) or a priority lane's."""
         js = self.conn.queue_js(record.id)
         stream = stream_name(record.id)
+        consumer = lane_consumer(level)
         # the probe: the server retires exhausted messages and emits their advisories
-        await self.conn.control.publish(f"{jsapi_prefix(record.id)}.CONSUMER.MSG.NEXT.{stream}.{CONSUMER}", PROBE,
+        await self.conn.control.publish(f"{jsapi_prefix(record.id)}.CONSUMER.MSG.NEXT.{stream}.{consumer}", PROBE,
                                         reply=f"_INBOX.enclave-probe.{record.id}")
-        info = await retry_unavailable(lambda: js.consumer_info(stream, CONSUMER))
+        info = await retry_unavailable(lambda: js.consumer_info(stream, consumer))
         if info.num_ack_pending or not info.delivered.stream_seq:
             return 0  # something is in flight: only advisories can tell the dead apart
         last = info.delivered.stream_seq
-        subject = subject_for(record.spec.project, record.spec.name)
+        subject = envelope.lane_subject(subject_for(record.spec.project, record.spec.name), level)
         seq, count = 1, 0
         while seq <= last:
             try:

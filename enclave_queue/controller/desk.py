@@ -39,7 +39,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from .. import envelope
-from ..auth.users import CONSUMER, stream_name
+from ..auth.users import lane_consumer, stream_name
 from ..broker.config import errors_subject, send_subject
 from ..broker.connection import BrokerConnection, delete_message, ensure_stream, retry_unavailable
 from ..depth import read_depth
@@ -207,9 +207,10 @@ class Desk:
         if envelope.DEADLINE in headers:
             copy[envelope.DEADLINE] = headers[envelope.DEADLINE]
         subject = subject_for(record.spec.project, record.spec.name)
-        target = subject
+        lane = envelope.lane_subject(subject, envelope.priority_of(msg.subject or ""))  # it keeps its priority
+        target = lane
         if delay > 0:
-            copy.update(envelope.schedule_headers(subject, datetime.now(UTC) + timedelta(seconds=delay)))
+            copy.update(envelope.schedule_headers(lane, datetime.now(UTC) + timedelta(seconds=delay)))
             target = envelope.delay_subject(subject, f"r{record.id}{seq}")
         reply = await retry_unavailable(lambda: self.conn.control.request(
             send_subject(record.id, target), msg.data or b"", timeout=5, headers=copy))
@@ -369,8 +370,9 @@ async def drop_expired(conn: BrokerConnection, store: Store, record: QueueRecord
     deadline = envelope.deadline_of(headers)
     if deadline is None or deadline > datetime.now(UTC):
         return 0
-    if not taken_ok:
-        info = await retry_unavailable(lambda: js.consumer_info(stream, CONSUMER))
+    if not taken_ok:  # the consumer of its priority lane (the queue's own for 0)
+        consumer = lane_consumer(envelope.priority_of(msg.subject or ""))
+        info = await retry_unavailable(lambda: js.consumer_info(stream, consumer))
         if seq <= info.delivered.stream_seq:
             return 0  # a worker took it in time; it is that worker's now
     if not await delete_message(js, stream, seq):

@@ -9,15 +9,16 @@ all or none (``Nats-Batch-*`` headers; a stream without it answers err_code 1017
 ``allow_msg_schedules`` stores delayed messages as schedules on ``<subject>.delay.<token>``, a
 stream subject outside the consumer's filter (envelope.py). The server allows schedules only
 with discard old and never turns them off, so a queue has either ``max_messages`` (discard new)
-or delayed messages (spec.LIMIT_RULE).
+or delayed messages (spec.LIMIT_RULE). With ``priorities``, levels 1–9 each have a subject
+(``<subject>.priority.<N>``) and a consumer (``worker-p<N>``) of their own: lanes.
 """
 
 from __future__ import annotations
 
 from nats.js import api
 
-from ..auth.users import CONSUMER, stream_name
-from ..envelope import delay_subjects
+from ..auth.users import LANES, lane_consumer, stream_name
+from ..envelope import delay_subjects, lane_subject
 from ..spec import HEADER_ROOM, LIMITS, QueueSpec, subject_for
 
 #: leased-but-not-deleted messages per queue (the server's default of 1000 is low for a queue)
@@ -39,9 +40,11 @@ CONSUMER_FIELDS = ("ack_policy", "deliver_policy", "ack_wait", "max_deliver", "m
 
 
 def stream_config(queue_id: str, spec: QueueSpec) -> api.StreamConfig:
+    subject = subject_for(spec.project, spec.name)
+    lanes = [lane_subject(subject, level) for level in LANES] if spec.priorities else []
     return api.StreamConfig(
         name=stream_name(queue_id),
-        subjects=[subject_for(spec.project, spec.name), delay_subjects(subject_for(spec.project, spec.name))],
+        subjects=[subject, delay_subjects(subject), *lanes],
         retention=api.RetentionPolicy.WORK_QUEUE,
         storage=api.StorageType.FILE,
         # a limit refuses new messages; without one, delayed messages (schedules, which the
@@ -59,18 +62,24 @@ def stream_config(queue_id: str, spec: QueueSpec) -> api.StreamConfig:
     )
 
 
-def consumer_config(queue_id: str, spec: QueueSpec) -> api.ConsumerConfig:
+def consumer_configs(queue_id: str, spec: QueueSpec) -> list[api.ConsumerConfig]:
+    """The queue's consumer, and with ``priorities`` one a priority level (1–9), all alike but
+    for the subject each delivers."""
+    return [consumer_config(queue_id, spec, level) for level in (0, *(LANES if spec.priorities else ()))]
+
+
+def consumer_config(queue_id: str, spec: QueueSpec, priority: int = 0) -> api.ConsumerConfig:
     """With ``retry_backoff_seconds``, the broker leases the nth receive for the nth entry (the last
     repeats) instead of the visibility timeout, and sets ``ack_wait`` to the first entry."""
     backoff = [float(step) for step in spec.retry_backoff_seconds] if spec.retry_backoff_seconds else None
     return api.ConsumerConfig(
-        durable_name=CONSUMER,
+        durable_name=lane_consumer(priority),
         ack_policy=api.AckPolicy.EXPLICIT,
         deliver_policy=api.DeliverPolicy.ALL,
         ack_wait=backoff[0] if backoff else float(spec.visibility_timeout_seconds),
         max_deliver=spec.max_receives or -1,
         max_ack_pending=MAX_ACK_PENDING,
-        filter_subject=subject_for(spec.project, spec.name),
+        filter_subject=lane_subject(subject_for(spec.project, spec.name), priority),
         backoff=backoff,
     )
 

@@ -4,7 +4,7 @@ The broker keeps no count of naks. It emits a MSG_NAKED advisory for each one (m
 nats-server 2.15.1: ``io.nats.jetstream.advisory.v1.nak``, for a plain ``-NAK`` and for one with a
 delay alike), but only while someone listens: every queue account exports its consumer's
 advisories to the control account as ``adv.<id>.<KIND>`` (broker/config.py), and this counter
-subscribes to ``adv.*.MSG_NAKED`` there. It is a plain subscription, not a stream: keeping every
+subscribes to ``adv.*.MSG_NAKED.*`` there. It is a plain subscription, not a stream: keeping every
 nak in a stream would cost the broker a synced write per nak, and the mover's advisory stream
 keeps only MAX_DELIVERIES.
 

@@ -245,22 +245,23 @@ class Reconciler:
                 await js.update_stream(want_stream)
                 done.append(f"stream updated ({', '.join(changed)})")
 
-        want_consumer = mapping.consumer_config(record.id, record.spec)
-        try:
-            cinfo = await js.consumer_info(stream, CONSUMER)
-        except nats.js.errors.NotFoundError:
-            await js.add_consumer(stream, want_consumer)
-            done.append("consumer created")
-        else:
+        for want_consumer in mapping.consumer_configs(record.id, record.spec):
+            name = want_consumer.durable_name
+            try:
+                cinfo = await js.consumer_info(stream, name)
+            except nats.js.errors.NotFoundError:
+                await js.add_consumer(stream, want_consumer)
+                done.append("consumer created" if name == CONSUMER else f"consumer {name} created")
+                continue
             changed = mapping.drift(cinfo.config, want_consumer, mapping.CONSUMER_FIELDS)
             if set(changed) & mapping.IMMUTABLE_CONSUMER:
                 raise PermanentError(
-                    f"The consumer of queue '{record.spec.name}' was changed outside Enclave "
+                    f"The consumer {name} of queue '{record.spec.name}' was changed outside Enclave "
                     f"({', '.join(sorted(set(changed) & mapping.IMMUTABLE_CONSUMER))}) and cannot be repaired in place."
                 )
             if changed:
                 await js.add_consumer(stream, want_consumer)  # same durable name: an update
-                done.append(f"consumer updated ({', '.join(changed)})")
+                done.append(f"consumer {'' if name == CONSUMER else name + ' '}updated ({', '.join(changed)})")
         if done:
             log.info("queue %s: %s", record.key, "; ".join(done))
         return "Queue is ready." if not done else f"Queue is ready ({'; '.join(done)})."

@@ -4,7 +4,7 @@ nothing half-created after a refused request."""
 import httpx
 import pytest
 
-from enclave_queue.spec import LIMITS
+from enclave_queue.spec import LIMITS, PRIORITIES_RULE
 from tests.helpers import make_queue
 
 ROUTES = [
@@ -111,12 +111,25 @@ def test_patch_refuses_renames_and_bad_values(stack, http, unique_name):
     assert http.get(f"/v1/projects/default/queues/{unique_name}").json()["retention_hours"] == 96
 
 
+def test_priorities_turn_on_in_place_but_never_off(stack, http, unique_name):
+    created = http.post("/v1/projects/default/queues", json={"name": unique_name, "priorities": True})
+    assert created.status_code == 201 and created.json()["priorities"] is True
+    body = problem(http.patch(f"/v1/projects/default/queues/{unique_name}", json={"priorities": False}), 422)
+    assert body["errors"] == [{"field": "priorities", "message": f"must be {PRIORITIES_RULE}"}]
+    assert http.get(f"/v1/projects/default/queues/{unique_name}").json()["priorities"] is True
+
+    make_queue(stack, f"{unique_name}-b")
+    later = http.patch(f"/v1/projects/default/queues/{unique_name}-b", json={"priorities": True})
+    assert later.status_code == 200 and later.json()["priorities"] is True
+
+
 def test_queue_object_keys_are_exactly_the_opentofu_attributes(stack, http, unique_name):
     make_queue(stack, unique_name)
     queue = http.get(f"/v1/projects/default/queues/{unique_name}").json()
     assert set(queue) == {"broker_url", "dead_letter_queue", "dedupe_window_seconds", "id", "internal_broker_url",
-                          "max_message_bytes", "max_messages", "max_receives", "name", "password_secret", "project",
-                          "retention_hours", "retry_backoff_seconds", "subject", "username", "visibility_timeout_seconds"}
+                          "max_message_bytes", "max_messages", "max_receives", "name", "password_secret",
+                          "priorities", "project", "retention_hours", "retry_backoff_seconds", "subject", "username",
+                          "visibility_timeout_seconds"}
     assert queue["broker_url"] == stack.broker_url
     assert queue["internal_broker_url"] == "nats://es-system-broker:4222"
     secret = http.get(f"/v1/projects/default/secrets/{queue['password_secret']}")

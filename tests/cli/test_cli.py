@@ -2,6 +2,7 @@
 ``error: …`` line on stderr with its exit code."""
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -141,3 +142,20 @@ def test_retry_backoff_from_the_cli_and_dead_letter_paging(stack, unique_name):
     rest = json.loads(ok(stack, "queue", "dead-letters", unique_name, "--after", str(page["next_after"]),
                          "--json").stdout)
     assert [letter["body"] for letter in rest["dead_letters"]] == ["m2"] and rest["next_after"] is None
+
+
+def test_priorities_from_the_cli(stack, unique_name):
+    created = ok(stack, "queue", "create", unique_name, "--priorities", "--wait")
+    assert re.search(r"^priorities\s+True\s*$", created.stdout, re.MULTILINE), created.stdout
+    listed = ok(stack, "queue", "list").stdout.splitlines()
+    assert listed[0].split()[-1] == "PRIORITIES"
+    assert next(line for line in listed if line.split()[0] == unique_name).split()[-1] == "True"
+
+    plain = json.loads(ok(stack, "queue", "create", f"{unique_name}-b", "--json").stdout)
+    assert plain["priorities"] is False
+    updated = json.loads(ok(stack, "queue", "update", f"{unique_name}-b", "--priorities", "--json").stdout)
+    assert updated["priorities"] is True
+    assert json.loads(ok(stack, "queue", "get", f"{unique_name}-b", "--json").stdout)["priorities"] is True
+    help_text = " ".join(ok(stack, "queue", "update", "--help").stdout.replace("│", " ").split())
+    assert "--priorities" in help_text and "cannot be turned off" in help_text
+    assert run(stack, "queue", "update", unique_name, "--no-priorities").returncode == 2  # no way to turn it off

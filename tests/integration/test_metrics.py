@@ -111,7 +111,7 @@ async def test_after_a_known_sequence_every_queue_number_matches(stack, unique_n
 
     # the naks were counted from their advisories without being stored by the mover's stream
     async with control_connection(stack) as nc:
-        info = await nc.jetstream().stream_info(ADVISORY_STREAM, subjects_filter="adv.*.MSG_NAKED")
+        info = await nc.jetstream().stream_info(ADVISORY_STREAM, subjects_filter="adv.*.MSG_NAKED.*")
         assert not info.state.subjects
 
 

@@ -55,7 +55,7 @@ async def test_a_user_removed_from_the_broker_config_comes_back(enclave_stack_fa
         await queue.close()
         return False
 
-    await eventually(refused, timeout=5, interval=0.02)
+    await eventually(refused, timeout=15, interval=0.02)  # the broker applies the change at its reload
 
     async def works():
         try:

@@ -22,7 +22,7 @@ from tests.provider.harness import BINARY, UNKNOWN, Refined, Tofu, client_certif
 RESOURCE = "enclave_queue"
 ARGUMENTS = {"name", "project", "dead_letter_queue", "max_message_bytes", "max_receives", "retention_hours",
              "max_messages", "dedupe_window_seconds",
-             "visibility_timeout_seconds", "retry_backoff_seconds"}
+             "visibility_timeout_seconds", "retry_backoff_seconds", "priorities"}
 OUTPUTS = {"broker_url", "id", "internal_broker_url", "password_secret", "subject", "username"}
 
 
@@ -67,8 +67,10 @@ def test_schema(start_provider):
     assert {n for n, a in queue.attrs.items() if a.computed and not a.optional} == OUTPUTS
     assert queue.attrs["retry_backoff_seconds"].type == ["list", "number"]
     assert queue.attrs["max_receives"].type == "number" and queue.attrs["id"].type == "string"
+    assert queue.attrs["priorities"].type == "bool"
     assert set(tofu.data_sources) == {"enclave_queue", "enclave_secret"}
     assert set(tofu.data_sources["enclave_queue"].attrs) == ARGUMENTS | OUTPUTS
+    assert tofu.data_sources["enclave_queue"].attrs["priorities"].type == "bool"
     assert tofu.data_sources["enclave_secret"].attrs["value"].sensitive
     provider = tofu.provider_codec.attrs
     assert set(provider) == {"endpoint", "token", "project"} and provider["token"].sensitive

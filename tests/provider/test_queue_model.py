@@ -6,9 +6,9 @@ from tf.types import Unknown
 
 VALID = {"name": "emails", "project": None, "dead_letter_queue": None, "max_message_bytes": None,
          "max_receives": None, "retention_hours": None, "visibility_timeout_seconds": None,
-         "max_messages": None, "dedupe_window_seconds": None, "retry_backoff_seconds": None}
+         "max_messages": None, "dedupe_window_seconds": None, "retry_backoff_seconds": None, "priorities": None}
 PRIOR = {**VALID, "project": "default", "max_message_bytes": 262144, "max_receives": 0, "retention_hours": 96,
-         "visibility_timeout_seconds": 30, "max_messages": 0, "dedupe_window_seconds": 3600,
+         "visibility_timeout_seconds": 30, "max_messages": 0, "dedupe_window_seconds": 3600, "priorities": False,
          "broker_url": "nats://127.0.0.1:4222", "id": "qabc",
          "internal_broker_url": "nats://es-system-broker:4222", "password_secret": "emails-password",
          "subject": "queue.default.emails", "username": "qabc"}
@@ -83,6 +83,7 @@ def test_create_plans_defaults_the_providers_project_and_unknown_outputs():
         "retention_hours": 96, "visibility_timeout_seconds": 30}
     assert all(planned[o] is Unknown for o in model.OUTPUTS)
     assert planned["dead_letter_queue"] is None and planned["retry_backoff_seconds"] is None
+    assert planned["priorities"] is False
 
 
 def test_a_setting_removed_from_the_configuration_goes_back_to_its_default():
@@ -126,12 +127,38 @@ def test_bodies_for_the_api():
     planned = {**PRIOR, "dead_letter_queue": "dlq", "retry_backoff_seconds": [5.0, 30], "max_receives": 3.0}
     assert model.create_body(planned) == {
         "name": "emails", "max_message_bytes": 262144, "max_receives": 3, "retention_hours": 96,
-        "visibility_timeout_seconds": 30, "max_messages": 0, "dedupe_window_seconds": 3600,
+        "visibility_timeout_seconds": 30, "max_messages": 0, "dedupe_window_seconds": 3600, "priorities": False,
         "dead_letter_queue": "dlq", "retry_backoff_seconds": [5, 30]}
+    assert model.patch_body(planned, {**planned, "priorities": True}) == {"priorities": True}
     assert model.patch_body(planned, {**planned, "dead_letter_queue": None, "retry_backoff_seconds": None,
                                       "max_receives": 0}) == {
         "dead_letter_queue": None, "max_receives": 0, "retry_backoff_seconds": None}
     assert model.patch_body(planned, dict(planned)) == {}
+
+
+@pytest.mark.parametrize(("config", "refused"), [
+    ({"priorities": False}, True),
+    ({}, True),  # removed from the configuration: planned at its default, false
+    ({"priorities": True}, False),
+    ({"priorities": Unknown}, False),  # checked again once known
+    ({"name": "emails-2"}, False),  # a new queue may start without them
+])
+def test_priorities_cannot_be_planned_off_in_place(config, refused):
+    prior = {**PRIOR, "priorities": True}
+    planned, _ = model.plan(prior, {**VALID, **config}, {**prior, **config}, "default")
+    problems = model.refused_changes(prior, planned)
+    if not refused:
+        assert problems == []
+        return
+    (problem,) = problems
+    assert (problem.path, problem.summary) == (("priorities",), "Invalid priorities")
+    assert "priorities cannot be turned off on queue 'emails'" in problem.detail
+
+
+def test_priorities_can_be_planned_on_in_place():
+    planned, replace = model.plan(PRIOR, {**VALID, "priorities": True}, {**PRIOR, "priorities": True}, "default")
+    assert planned["priorities"] is True and replace == []
+    assert model.refused_changes(PRIOR, planned) == [] and model.refused_changes(None, planned) == []
 
 
 def test_state_from_the_api_has_every_attribute():

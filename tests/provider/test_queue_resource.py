@@ -176,6 +176,30 @@ def test_api_errors_are_diagnostics_and_the_provider_keeps_serving(stack, tofu, 
     tofu.destroy(Q, dlq)
 
 
+def test_priorities_turn_on_but_a_plan_to_turn_them_off_is_an_error(stack, tofu, unique_name):
+    state = tofu.create(Q, name=unique_name, priorities=True)
+    with stack.admin() as admin:
+        assert state["priorities"] is True and admin.get_queue("default", unique_name)["priorities"] is True
+    for config in (tofu.config(Q, name=unique_name, priorities=False), tofu.config(Q, name=unique_name)):
+        plan = tofu.plan(Q, state, config)
+        (error,) = errors_of(plan.diagnostics)
+        assert error.path == ("priorities",) and error.summary == "Invalid priorities"
+        assert f"priorities cannot be turned off on queue '{unique_name}'" in error.detail
+        assert plan.planned is None
+    assert tofu.plan(Q, state, tofu.config(Q, name=unique_name, priorities=True)).planned == state
+    queue, diags = tofu.read_data(Q, tofu.config(Q, name=unique_name))
+    assert diags == [] and queue["priorities"] is True
+    tofu.destroy(Q, state)
+
+    plain = tofu.create(Q, name=f"{unique_name}-b")
+    assert plain["priorities"] is False
+    plan = tofu.plan(Q, plain, tofu.config(Q, name=f"{unique_name}-b", priorities=True))
+    assert errors_of(plan.diagnostics) == [] and plan.requires_replace == []
+    turned_on, diags = tofu.apply(Q, plan)
+    assert diags == [] and turned_on["priorities"] is True and turned_on["id"] == plain["id"]
+    tofu.destroy(Q, turned_on)
+
+
 def test_data_sources_wire_a_queues_password_into_an_app(stack, tofu, unique_name):
     state = tofu.create(Q, name=unique_name, visibility_timeout_seconds=9)
     queue, diags = tofu.read_data(Q, tofu.config(Q, name=unique_name))

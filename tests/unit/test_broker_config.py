@@ -39,7 +39,7 @@ def test_each_queue_account_has_one_user_with_allow_only_permissions():
     assert set(perms) == {"publish", "subscribe"}
     assert set(perms["publish"]) == {"allow"} and set(perms["subscribe"]) == {"allow"}
     assert perms["subscribe"]["allow"] == ["_INBOX_qone.>"]
-    assert "$JS.API.CONSUMER.MSG.NEXT.QONE.worker" in perms["publish"]["allow"]
+    assert "$JS.API.CONSUMER.MSG.NEXT.QONE.*" in perms["publish"]["allow"]  # its consumer and priority lanes
     assert not any(s in ("$JS.API.>", ">", "_INBOX.>") for s in perms["publish"]["allow"])
 
 
@@ -75,7 +75,7 @@ def test_all_consumer_advisories_of_a_queue_are_one_export_and_one_import():
     no second entry per queue, which would grow every reload."""
     config = with_accounts("qone")
     (export,) = [e for e in config["accounts"]["qone"]["exports"] if "stream" in e]
-    assert export == {"stream": "$JS.EVENT.ADVISORY.CONSUMER.*.QONE.worker", "accounts": ["CONTROL"]}
+    assert export == {"stream": "$JS.EVENT.ADVISORY.CONSUMER.*.QONE.*", "accounts": ["CONTROL"]}  # all its lanes
     (imported,) = [i for i in config["accounts"]["CONTROL"]["imports"] if "stream" in i]
-    assert imported == {"stream": {"account": "qone", "subject": "$JS.EVENT.ADVISORY.CONSUMER.*.QONE.worker"},
-                        "to": "adv.qone.*"}
+    assert imported == {"stream": {"account": "qone", "subject": "$JS.EVENT.ADVISORY.CONSUMER.*.QONE.*"},
+                        "to": "adv.qone.*.*"}

@@ -3,7 +3,17 @@
 import pytest
 
 from enclave_queue.errors import SpecError
-from enclave_queue.spec import LIMITS, QueuePatch, QueueSpec, check_dedupe_key, parse_patch, parse_spec
+from enclave_queue.spec import (
+    LIMITS,
+    MUTABLE,
+    PRIORITIES_RULE,
+    Queue,
+    QueuePatch,
+    QueueSpec,
+    check_dedupe_key,
+    parse_patch,
+    parse_spec,
+)
 
 
 def test_defaults_match_the_settings_reference():
@@ -13,6 +23,7 @@ def test_defaults_match_the_settings_reference():
     assert (spec.max_message_bytes, spec.max_receives, spec.retention_hours, spec.visibility_timeout_seconds) == (
         262144, 0, 96, 30)
     assert (spec.max_messages, spec.dedupe_window_seconds) == (0, 3600)  # no limit; the window before it was a setting
+    assert spec.priorities is False
 
 
 def test_the_dedupe_window_may_not_exceed_the_retention_naming_both_fields():
@@ -152,3 +163,23 @@ def test_a_limit_cannot_be_set_in_place_on_a_queue_without_one_but_can_change_or
     limited = QueueSpec(name="emails", max_messages=10)
     assert QueuePatch(max_messages=3).apply(limited).max_messages == 3
     assert QueuePatch(max_messages=0).apply(limited).max_messages == 0
+
+
+def test_priorities_can_be_turned_on_in_place_but_never_off():
+    plain = QueueSpec(name="emails")
+    assert plain.settings()["priorities"] is False
+    on = parse_patch({"priorities": True}).apply(plain)
+    assert on.priorities is True
+    assert parse_patch({"priorities": True}).apply(on).priorities is True  # on again: no change
+    assert parse_patch({"priorities": False}).apply(plain).priorities is False  # off stays off: fine
+    with pytest.raises(SpecError) as refused:
+        parse_patch({"priorities": False}).apply(on)
+    assert str(refused.value) == f"priorities cannot be turned off on queue 'emails': it must be {PRIORITIES_RULE}."
+    assert refused.value.errors == [{"field": "priorities", "message": f"must be {PRIORITIES_RULE}"}]
+    with pytest.raises(SpecError, match=r"^priorities cannot be null; it must be true or false"):
+        parse_patch({"priorities": None}).apply(on)
+
+
+def test_every_mutable_setting_is_on_the_api_view():
+    assert set(MUTABLE) <= set(Queue.model_fields)
+    assert Queue.model_fields["priorities"].annotation is bool
