@@ -32,6 +32,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from .broker.connection import BrokerConnection
 from .controller.accounts import Accounts
+from .controller.desk import removed_otherwise
 from .controller.naks import NakCounter
 from .controller.sampler import live_queues
 from .depth import Depth, depth_reads, read_depths
@@ -55,8 +56,10 @@ QUEUE_GAUGES = (
 QUEUE_COUNTERS = (
     ("enclave_queue_messages_sent", "Messages stored by the queue (the stream's last sequence)."),
     ("enclave_queue_messages_received", "Deliveries to workers, redeliveries included."),
-    ("enclave_queue_messages_deleted", "Messages removed other than by dead-lettering or discarding: deleted "
-                                       "by workers or by hand, redriven away, or past retention."),
+    ("enclave_queue_messages_deleted", "Messages deleted (acked) by workers or by hand, redriven away, or past "
+                                       "retention: removed other than by dead-lettering, discarding, expiry, "
+                                       "clear, release or a delayed message's schedule firing."),
+    ("enclave_queue_messages_expired", "Messages dropped unrun at their start deadline (put with ttl_s)."),
     ("enclave_queue_messages_nacked", "Messages handed back by a worker (nack), counted from the broker's "
                                       "MSG_NAKED advisories while the control process runs."),
     ("enclave_queue_messages_dead_lettered", "Messages moved to the dead-letter queue after their last receive."),
@@ -118,10 +121,10 @@ class _Totals:
                 self.base[name] += self.last[name]
             self.last[name] = raw
             out[name] = self.base[name] + raw
-        self.deleted = max(self.deleted, out["removed"] - counts.dead_lettered - counts.discarded)
+        self.deleted = max(self.deleted, out["removed"] - removed_otherwise(counts, depth.delayed))
         self.nacked = max(self.nacked, counts.nacked + unsaved_naks)
         return {"sent": out["sent"], "received": out["received"], "deleted": self.deleted, "nacked": self.nacked,
-                "dead_lettered": counts.dead_lettered, "discarded": counts.discarded}
+                "dead_lettered": counts.dead_lettered, "discarded": counts.discarded, "expired": counts.expired}
 
 
 @dataclass(frozen=True)

@@ -492,15 +492,18 @@ class QueueService:
             await sub.unsubscribe()
 
     async def _take_by_priority(self, record: QueueRecord, count: int, wait: float) -> list[Any]:
-        """Up to ``count`` messages, the highest priority lane first; while none came, every lane is
-        looked at again every PRIORITY_POLL seconds, for up to ``wait`` seconds."""
+        """Up to ``count`` messages, the highest priority lane first. The lanes' consumers say
+        which have messages to deliver (never delivered, or handed back); while none has, they
+        are asked again every PRIORITY_POLL seconds, for up to ``wait`` seconds."""
         deadline = time.monotonic() + wait
+        levels = sorted(self._levels(record), reverse=True)
         while True:
+            infos = await asyncio.gather(*(self._consumer_info(record, lane_consumer(level)) for level in levels))
             msgs: list[Any] = []
-            for level in sorted(self._levels(record), reverse=True):
-                msgs += await self._take(record, lane_consumer(level), count - len(msgs), 0.0)
-                if len(msgs) == count:
-                    break
+            for level, info in zip(levels, infos, strict=True):
+                if len(msgs) < count and (info.num_pending or info.num_ack_pending):
+                    fetch_wait = 1.0 if info.num_pending else 0.1  # a handed-back one may not be due yet
+                    msgs += await self._take(record, lane_consumer(level), count - len(msgs), fetch_wait)
             if msgs or time.monotonic() >= deadline:
                 return msgs
             await asyncio.sleep(min(PRIORITY_POLL, max(deadline - time.monotonic(), 0)))

@@ -21,6 +21,7 @@ from tf.types import Unknown
 
 from enclave_queue.spec import (
     BACKOFF_RULE,
+    LIMIT_RULE,
     LIMITS,
     MAX_BACKOFF_STEPS,
     MUTABLE,
@@ -190,14 +191,21 @@ def plan(prior: Optional[Mapping[str, Any]], config: Mapping[str, Any], proposed
 
 def refused_changes(prior: Optional[Mapping[str, Any]], planned: Mapping[str, Any]) -> list[Problem]:
     """The in-place changes the API would refuse, each as a Problem naming its attribute:
-    priorities turned off (a plan that replaces the queue may leave them off)."""
+    priorities turned off, and a message limit set on a queue without one (a plan that replaces
+    the queue may do either)."""
     if prior is None or any(_differs(planned.get(field), prior.get(field)) for field in REPLACES):
         return []
+    problems = []
     if prior.get("priorities") is True and planned.get("priorities") is False:
-        return [Problem(("priorities",), "Invalid priorities",
-                        f"priorities cannot be turned off on queue '{prior.get('name')}': it must be "
-                        f"{PRIORITIES_RULE}. Keep priorities = true, or replace the queue.")]
-    return []
+        problems.append(Problem(("priorities",), "Invalid priorities",
+                                f"priorities cannot be turned off on queue '{prior.get('name')}': it must be "
+                                f"{PRIORITIES_RULE}. Keep priorities = true, or replace the queue."))
+    limit = planned.get("max_messages")
+    if whole(prior.get("max_messages")) == 0 and known(limit) and (whole(limit) or 0) > 0:
+        problems.append(Problem(("max_messages",), "Invalid max_messages",
+                                f"max_messages cannot be set on queue '{prior.get('name')}', which has no limit: "
+                                f"{LIMIT_RULE}. Keep max_messages = 0, or replace the queue."))
+    return problems
 
 
 def _int_list(value: Any) -> Optional[list[int]]:

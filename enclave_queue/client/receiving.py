@@ -244,16 +244,33 @@ class Receiving:
             lease_s = envelope.check_lease(lease_s)
         wait = 0.0 if stop_when_empty else ITERATE_WAIT
         pending = self._prefetch(batch, wait, lease_s)
+        unseen: list[Message] = []  #: fetched and not yielded yet
         try:
             while True:
-                current = await pending
-                if not current and stop_when_empty:
+                unseen = await pending
+                if not unseen and stop_when_empty:
                     return
                 pending = self._prefetch(batch, wait, lease_s)
-                for message in current:
-                    yield message
+                while unseen:
+                    yield unseen.pop(0)
         finally:
             pending.cancel()
+            if pending.done() and not pending.cancelled() and pending.exception() is None:
+                unseen += pending.result()
+            await self._hand_back(unseen)
+
+    async def _hand_back(self: Queue, messages: list[Message]) -> None:
+        """Give messages fetched but never handed over back at once, without spending an attempt
+        (an iteration left early). Best effort: one the control plane could not release comes
+        back after its lease, as before."""
+        if not messages or self._closed:
+            return
+        with contextlib.suppress(EnclaveError, RuntimeError):
+            await self._desk("release_many", {"messages": [
+                {"seq": m.sequence, "receive_count": m.receive_count} for m in messages]})
+            for message in messages:
+                message._settle()
+            await self._send_unconfirmed([m._reply for m in messages])
 
     async def messages(self: Queue, batch: int = 100, wait: float = 5.0) -> AsyncIterator[Message]:
         """Every message as it comes, fetching the next batch while the current one is handled

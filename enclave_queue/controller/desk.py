@@ -62,6 +62,14 @@ MAX_LIST = 100  #: dead letters one ``dead_letters`` request may return
 EXPIRY_TICK = 0.25  #: seconds between looks at the earliest deadline
 
 
+def removed_otherwise(counts: QueueCounters, delayed_now: int) -> int:
+    """Messages a queue's stream removed that no worker acked: those the control plane removed
+    itself (dead-lettered, discarded, expired, cleared, released originals) and the delayed
+    messages' schedules that fired (stored and not cleared, less those still waiting)."""
+    fired = max(counts.scheduled - delayed_now, 0)
+    return counts.dead_lettered + counts.discarded + counts.expired + counts.cleared + counts.released + fired
+
+
 def outcomes(depth: Any, counts: QueueCounters, unsaved_naks: int = 0) -> dict[str, int]:
     """A queue's outcome counts since it was created, from its depth (the broker's sequences)
     and its stored counters.
@@ -75,9 +83,7 @@ def outcomes(depth: Any, counts: QueueCounters, unsaved_naks: int = 0) -> dict[s
     - expired, dead_lettered (a reject included), discarded.
     """
     nacked = counts.nacked + unsaved_naks
-    fired = max(counts.scheduled - depth.delayed, 0)
-    succeeded = depth.removed - (counts.dead_lettered + counts.discarded + counts.expired + counts.cleared
-                                 + counts.released + fired)
+    succeeded = depth.removed - removed_otherwise(counts, depth.delayed)
     return {
         "processed": max(depth.received - counts.released, 0),
         "succeeded": max(succeeded, 0),
@@ -191,7 +197,24 @@ class Desk:
         own (so the attempt being released is given back), visible after ``delay_s``."""
         seq = _int(body, "seq", 1, 2**63)
         receive_count = _int(body, "receive_count", 1, 2**31)
-        delay = envelope.check_delay(body.get("delay_s", 0))
+        return await self._release(record, seq, receive_count, envelope.check_delay(body.get("delay_s", 0)))
+
+    async def _verb_release_many(self, record: QueueRecord, body: dict[str, Any]) -> int:
+        """``release`` for many messages at once (``messages``: ``[{"seq", "receive_count"}]``),
+        visible again at once: what an iteration left early hands back. How many were released
+        (one gone meanwhile is skipped)."""
+        given = body.get("messages")
+        if not isinstance(given, list) or len(given) > MAX_IDS:
+            message = f"must be a list of at most {MAX_IDS} objects with seq and receive_count"
+            raise SpecError(f"messages {message}.", errors=[{"field": "messages", "message": message}])
+        released = 0
+        for item in given:
+            with contextlib.suppress(NotFound):
+                await self._release(record, _int(item, "seq", 1, 2**63), _int(item, "receive_count", 1, 2**31), 0.0)
+                released += 1
+        return released
+
+    async def _release(self, record: QueueRecord, seq: int, receive_count: int, delay: float) -> dict[str, Any]:
         source = self.conn.queue_js(record.id)
         stream = stream_name(record.id)
         try:

@@ -85,6 +85,8 @@ def consumer_config(queue_id: str, spec: QueueSpec, priority: int = 0) -> api.Co
 
 
 def _norm(value: object) -> object:
+    if value is False:
+        return None  # the server leaves a false flag out (allow_msg_schedules on a capped queue)
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, (list, tuple)):

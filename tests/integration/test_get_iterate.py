@@ -91,3 +91,20 @@ def test_the_sync_iterate_and_get(stack, unique_name):
         assert again is not None and again.id == message.id and again.attempts == 1
         again.ack()
         assert queue.get(timeout_s=0.2) is None
+
+
+async def test_leaving_iterate_early_hands_the_fetched_messages_back_at_once_unspent(stack, unique_name):
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=60)
+    async with connect(creds) as queue:
+        await queue.send_batch(list(range(30)))
+        async for message in queue.iterate(batch=10):
+            assert message.body == 0
+            await message.ack()
+            break  # the rest of this batch and the next one were fetched already
+        await asyncio.sleep(0.2)  # the generator is closed when it is collected
+        rest = []
+        async for message in queue.iterate(stop_when_empty=True):
+            rest.append((message.body, message.attempts))
+            await message.ack()
+        assert sorted(body for body, _ in rest) == list(range(1, 30))  # back at once, not after 60 s
+        assert {attempts for _, attempts in rest} == {1}  # and not counted as tried

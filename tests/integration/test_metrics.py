@@ -80,16 +80,19 @@ async def test_after_a_known_sequence_every_queue_number_matches(stack, unique_n
             "messages_waiting": 2, "messages_in_flight": 2, "messages_delayed": 0, "dead_letters": 1,
             "messages_sent_total": 8, "messages_received_total": 8, "messages_deleted_total": 3,
             "messages_nacked_total": 3, "messages_dead_lettered_total": 1, "messages_discarded_total": 0,
+            "messages_expired_total": 0,
         },
         plain: {  # no dead-letter queue: no dead_letters series
             "messages_waiting": 0, "messages_in_flight": 0, "messages_delayed": 0,
             "messages_sent_total": 2, "messages_received_total": 2, "messages_deleted_total": 1,
             "messages_nacked_total": 1, "messages_dead_lettered_total": 0, "messages_discarded_total": 1,
+            "messages_expired_total": 0,
         },
         dlq: {
             "messages_waiting": 1, "messages_in_flight": 0, "messages_delayed": 0,
             "messages_sent_total": 1, "messages_received_total": 0, "messages_deleted_total": 0,
             "messages_nacked_total": 0, "messages_dead_lettered_total": 0, "messages_discarded_total": 0,
+            "messages_expired_total": 0,
         },
     }
 

@@ -161,6 +161,23 @@ def test_priorities_can_be_planned_on_in_place():
     assert model.refused_changes(PRIOR, planned) == [] and model.refused_changes(None, planned) == []
 
 
+@pytest.mark.parametrize(("prior_limit", "config", "refused"), [
+    (0, {"max_messages": 50}, True),  # a queue without a limit takes delayed messages: no limit later
+    (0, {"max_messages": 0}, False),
+    (0, {"max_messages": Unknown}, False),  # checked again once known
+    (0, {"max_messages": 50, "name": "emails-2"}, False),  # a new queue may start with one
+    (10, {"max_messages": 50}, False),  # a limit can change …
+    (10, {"max_messages": 0}, False),  # … or go
+])
+def test_a_limit_cannot_be_planned_in_place_on_a_queue_without_one(prior_limit, config, refused):
+    prior = {**PRIOR, "max_messages": prior_limit}
+    planned, _ = model.plan(prior, {**VALID, **config}, {**prior, **config}, "default")
+    problems = model.refused_changes(prior, planned)
+    assert [(p.path, p.summary) for p in problems] == ([(("max_messages",), "Invalid max_messages")] if refused else [])
+    if refused:
+        assert "takes delayed messages" in problems[0].detail
+
+
 def test_state_from_the_api_has_every_attribute():
     queue = {**PRIOR, "retry_backoff_seconds": (5, 30), "extra": "ignored"}
     state = model.state_from_api(queue)

@@ -1,5 +1,7 @@
 """Spec -> JetStream mapping, table-tested, and the drift check."""
 
+import dataclasses
+
 import pytest
 from nats.js import api
 
@@ -78,3 +80,12 @@ def test_drift_names_the_fields_that_differ():
     assert mapping.drift(older, want, mapping.STREAM_FIELDS) == ["allow_atomic"]
     changed.retention = api.RetentionPolicy.LIMITS
     assert "retention" in mapping.drift(changed, want, mapping.STREAM_FIELDS)
+
+
+def test_a_flag_the_server_leaves_out_is_no_drift():
+    """A capped queue's stream has allow_msg_schedules false, which the server's answer leaves
+    out: that must not read as drift (it made the reconciler update such streams for ever)."""
+    want = mapping.stream_config("qabc", QueueSpec(name="emails", max_messages=5))
+    assert want.allow_msg_schedules is False
+    reported = dataclasses.replace(want, allow_msg_schedules=None)
+    assert mapping.drift(reported, want, mapping.STREAM_FIELDS) == []
