@@ -108,14 +108,15 @@ class Queue(Receiving, Inspecting):
         self._broken: Optional[EnclaveError] = None  #: why the broker cut us off for good
         self._closing: Optional[asyncio.Task[None]] = None
         self._prefetches: set[asyncio.Task[list[Message]]] = set()  #: receives ``messages()`` started early
-        self._config: Optional[tuple[float, dict[str, Any]]] = None  #: (valid until, consumer settings)
+        self._settings: dict[str, tuple[float, Any]] = {}  #: "consumer" and "stream": (valid until, value)
+        self._fetching: dict[str, asyncio.Task[Any]] = {}  #: their reads under way
         self._keepers: set[asyncio.Task[None]] = set()  #: lease keepers of messages with a lease of their own
         self._last_seq = 0  #: the last sequence a PubAck named: a delayed put's first guess
-        #: (valid until, largest body in bytes, whether the queue has priority lanes)
-        self._stream: Optional[tuple[float, int, bool]] = None
 
     async def _start(self) -> None:
         self._sub = await self._nc.subscribe(f"{self._mux}.*", cb=self._on_reply)
+        for key in ("consumer", "stream"):  # read ahead: a first receive or put need not wait for them
+            self._refresh(key)
 
     # -- replies and failures ---------------------------------------------------------------------
 
@@ -247,31 +248,59 @@ class Queue(Receiving, Inspecting):
         with contextlib.suppress(EnclaveError):
             await self._request(NOTES_SUBJECT, json.dumps(note).encode())
 
-    async def _consumer(self) -> dict[str, Any]:
-        """The queue's consumer settings the SDK needs (lease, retry schedule, receives allowed),
-        cached for a while: ``{"ack_wait": s, "backoff": [s, …], "max_deliver": n}``."""
-        if self._config is None or time.monotonic() > self._config[0]:
-            info = await self._info(f"CONSUMER.INFO.{self.credentials.stream}.{self.credentials.consumer}")
-            config = info.get("config", {})
-            self._config = (time.monotonic() + SCHEDULE_TTL, {
-                "ack_wait": int(config.get("ack_wait", 30 * 10**9)) / 1e9,
+    # -- the queue's settings, cached ----------------------------------------------------------
+
+    def _refresh(self, key: str) -> asyncio.Task[Any]:
+        """Read setting ``key`` ("consumer" or "stream") from the broker in a task of its own (one
+        at a time), which stores it for SCHEDULE_TTL seconds."""
+        task = self._fetching.get(key)
+        if task is None or task.done():
+            task = asyncio.ensure_future(self._fetch(key))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no warning
+            self._fetching[key] = task
+        return task
+
+    async def _fetch(self, key: str) -> Any:
+        read = self._read_consumer if key == "consumer" else self._read_stream
+        value = await read()
+        self._settings[key] = (time.monotonic() + SCHEDULE_TTL, value)
+        return value
+
+    async def _setting(self, key: str) -> Any:
+        """A setting as last read: read now if never read; once stale, the stale value is used while
+        a fresh one is read in the background, so no receive or put waits for it. ``connect``
+        starts both reads, so the first receive after it does not wait either."""
+        found = self._settings.get(key)
+        if found is None:
+            return await asyncio.shield(self._refresh(key))
+        if time.monotonic() > found[0]:
+            self._refresh(key)
+        return found[1]
+
+    async def _read_consumer(self) -> dict[str, Any]:
+        info = await self._info(f"CONSUMER.INFO.{self.credentials.stream}.{self.credentials.consumer}")
+        config = info.get("config", {})
+        return {"ack_wait": int(config.get("ack_wait", 30 * 10**9)) / 1e9,
                 "backoff": [step / 1e9 for step in (config.get("backoff") or [])],
-                "max_deliver": int(config.get("max_deliver", -1)),
-            })
-        return self._config[1]
+                "max_deliver": int(config.get("max_deliver", -1))}
+
+    async def _read_stream(self) -> tuple[int, bool]:
+        config = (await self._info(f"STREAM.INFO.{self.credentials.stream}"))["config"]
+        lanes = envelope.lane_subject(self.subject, LANES[0]) in config.get("subjects", [])
+        return int(config["max_msg_size"]) - HEADER_ROOM, lanes
+
+    async def _consumer(self) -> dict[str, Any]:
+        """The queue's consumer settings the SDK needs (lease, retry schedule, receives allowed):
+        ``{"ack_wait": s, "backoff": [s, …], "max_deliver": n}``."""
+        return await self._setting("consumer")
 
     async def _backoff(self) -> list[float]:
         """The queue's retry schedule in seconds (the consumer's backoff)."""
         return (await self._consumer())["backoff"]
 
     async def _stream_settings(self) -> tuple[int, bool]:
-        """The largest body the queue accepts and whether it has priority lanes (from its stream's
-        configuration), cached for a while."""
-        if self._stream is None or time.monotonic() > self._stream[0]:
-            config = (await self._info(f"STREAM.INFO.{self.credentials.stream}"))["config"]
-            lanes = envelope.lane_subject(self.subject, LANES[0]) in config.get("subjects", [])
-            self._stream = (time.monotonic() + SCHEDULE_TTL, int(config["max_msg_size"]) - HEADER_ROOM, lanes)
-        return self._stream[1], self._stream[2]
+        """The largest body the queue accepts and whether it has priority lanes (its stream's configuration)."""
+        return await self._setting("stream")
 
     async def max_message_bytes(self) -> int:
         """The largest body the queue accepts (its ``max_message_bytes``), cached for a while."""
@@ -548,7 +577,7 @@ class Queue(Receiving, Inspecting):
         if self._closed:
             return
         self._closed = True
-        prefetches = [*self._prefetches, *self._keepers]
+        prefetches = [*self._prefetches, *self._keepers, *self._fetching.values()]
         for task in prefetches:  # an iteration left early: its next batch is not wanted; leases lapse
             task.cancel()
         await asyncio.gather(*prefetches, return_exceptions=True)

@@ -109,11 +109,22 @@ class Receiving:
                 delay = min(delay * 2, 0.25)
         except TimeoutError:
             pass
+        except asyncio.CancelledError:
+            self._orphaned(pull.messages)
+            raise
         finally:
             self._waiting.pop(token, None)
             with contextlib.suppress(nats.errors.Error):  # the connection may be closing
                 await sub.unsubscribe()
         return pull.messages
+
+    def _orphaned(self: Queue, msgs: list[Msg]) -> None:
+        """Messages a cancelled pull had received (a prefetch of an iteration left early): given
+        back at once in a task of their own, so they do not wait out their lease."""
+        if msgs and not self._closed:
+            task = asyncio.ensure_future(self._hand_back([Message(self, m) for m in msgs]))
+            self._keepers.add(task)
+            task.add_done_callback(self._keepers.discard)
 
     def _lane_next(self: Queue, level: int) -> str:
         return f"$JS.API.CONSUMER.MSG.NEXT.{self.credentials.stream}.{lane_consumer(level)}"
@@ -143,6 +154,9 @@ class Receiving:
                 await self._nc.publish(self._lane_next(level), request, reply=f"{self._mux}.pull.{token}.{level}")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(pull.done), wait + 1.0)
+        except asyncio.CancelledError:
+            self._orphaned(pull.messages)
+            raise
         finally:
             self._waiting.pop(token, None)
             with contextlib.suppress(nats.errors.Error):
@@ -200,17 +214,25 @@ class Receiving:
                 msgs = await self._pull(1, expires=wait)
                 if msgs and batch > 1:
                     msgs += await self._pull(batch - 1)
-            return await self._arrived(msgs, lease_s)
+            return await self._arrive(msgs, lease_s)
         msgs = await self._take_by_priority(levels, batch)
         if not msgs and wait > 0:
             msgs = await self._pull_any(levels, wait)
             if msgs and batch > len(msgs):
                 msgs += await self._take_by_priority(levels, batch - len(msgs))
-        messages = await self._arrived(msgs, lease_s)
+        messages = await self._arrive(msgs, lease_s)
         for extra in messages[batch:]:  # two lanes answered the long poll at once: not spent
             with contextlib.suppress(EnclaveError):
                 await extra.release()
         return messages[:batch]
+
+    async def _arrive(self: Queue, msgs: list[Msg], lease_s: Optional[float]) -> list[Message]:
+        """``_arrived``; if the receive is cancelled meanwhile, the messages are given back."""
+        try:
+            return await self._arrived(msgs, lease_s)
+        except asyncio.CancelledError:
+            self._orphaned(msgs)
+            raise
 
     async def _take_by_priority(self: Queue, levels: tuple[int, ...], batch: int) -> list[Msg]:
         """Up to ``batch`` messages without waiting, from the highest priority lane down."""
@@ -254,8 +276,9 @@ class Receiving:
                 while unseen:
                     yield unseen.pop(0)
         finally:
-            pending.cancel()
-            if pending.done() and not pending.cancelled() and pending.exception() is None:
+            pending.cancel()  # a pull it cancels hands back what it had received (_orphaned)
+            await asyncio.gather(pending, return_exceptions=True)
+            if not pending.cancelled() and pending.exception() is None:
                 unseen += pending.result()
             await self._hand_back(unseen)
 

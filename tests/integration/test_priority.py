@@ -95,7 +95,7 @@ async def test_priorities_turned_on_in_place_and_the_operator_views_cover_every_
             admin.update_queue("default", unique_name, {"priorities": True})
             admin.wait_ready("default", unique_name)
         await asyncio.sleep(0)
-        queue._stream = None  # the SDK caches the queue's settings for 30 s; a new client would not
+        queue._settings.clear()  # the SDK caches the queue's settings for 30 s; a new client would not
         await queue.put("after, urgent", priority=8)
         with stack.admin() as admin:
             assert admin.get_queue("default", unique_name)["priorities"] is True

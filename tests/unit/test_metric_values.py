@@ -18,7 +18,17 @@ def test_deleted_is_removed_less_dead_lettered_and_discarded():
     totals = _Totals()
     counts = QueueCounters(dead_lettered=2, discarded=1, nacked=4)
     assert totals.update(depth(10, 12, 7), counts, unsaved_naks=3) == {
-        "sent": 10, "received": 12, "deleted": 4, "nacked": 7, "dead_lettered": 2, "discarded": 1}
+        "sent": 10, "received": 12, "deleted": 4, "nacked": 7, "dead_lettered": 2, "discarded": 1, "expired": 0}
+
+
+def test_deleted_leaves_out_what_the_control_plane_removed_and_schedules_that_fired():
+    totals = _Totals()
+    # 20 removed: 2 dead-lettered, 1 discarded, 3 expired, 4 cleared, 1 released original, and of
+    # 5 schedules stored, 2 still wait (delayed) so 3 fired: 20 - 14 = 6 acked
+    counts = QueueCounters(dead_lettered=2, discarded=1, expired=3, cleared=4, released=1, scheduled=5)
+    state = depth(30, 25, 20)
+    state = Depth(**{**state.view(), "delayed": 2})
+    assert totals.update(state, counts, unsaved_naks=0)["deleted"] == 6
 
 
 def test_a_dead_letter_move_between_its_delete_and_its_count_does_not_dip_deleted():
