@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import psutil
 import pytest
 import pytest_asyncio
 
+from enclave_queue.errors import EnclaveError
 from enclave_queue.testing import EnclaveStack
 
 _names = itertools.count(1)
@@ -28,10 +30,34 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnclaveStack]:
 
 
 @pytest.fixture
-def unique_name(request: pytest.FixtureRequest) -> str:
-    """A queue name no other test in the run uses."""
+def unique_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A queue name no other test in the run uses. On the shared stack, the queues the test made
+    with it (``<name>``, ``<name>-dlq``, …) are deleted afterwards: every live queue costs the
+    stack a reconcile, a sweep and a sample each second, and a run makes a few hundred."""
     base = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:24].strip("-")
-    return f"t{next(_names)}-{base}"[:40].rstrip("-")
+    name = f"t{next(_names)}-{base}"[:40].rstrip("-")
+    yield name
+    if "stack" in request.fixturenames:
+        _delete_queues_named(request.getfixturevalue("stack"), name)
+
+
+def _delete_queues_named(stack: EnclaveStack, prefix: str) -> None:
+    """Ask the shared stack to delete the queues whose names start with ``prefix`` (in any project
+    a test uses); a dead-letter queue goes once the queue using it has gone."""
+    with stack.admin() as admin:
+        left = [(project, queue["name"]) for project in ("default", "iso-other")
+                for queue in admin.list_queues(project) if queue["name"].startswith(prefix)]
+        for _ in range(3):
+            refused = []
+            for project, queue_name in left:
+                try:
+                    admin.delete_queue(project, queue_name)
+                except EnclaveError:  # still another queue's dead-letter queue, or gone already
+                    refused.append((project, queue_name))
+            if not refused:
+                return
+            left = refused
+            time.sleep(0.5)
 
 
 @pytest.fixture(autouse=True)
