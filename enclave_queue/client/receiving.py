@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 MAX_BATCH = 1000  #: messages one pull may ask for
 MAX_GET_WAIT = 60.0  #: seconds one get may wait
 ITERATE_WAIT = 20.0  #: seconds one long poll of iterate waits before it asks again
+PREFETCH_SETTLE = 0.25  #: seconds an iteration left early gives its prefetch to finish taking what was there
 _STATUS = "Status"
 
 
@@ -276,7 +277,10 @@ class Receiving:
                 while unseen:
                     yield unseen.pop(0)
         finally:
-            pending.cancel()  # a pull it cancels hands back what it had received (_orphaned)
+            # a prefetch still taking what is there (no wait) finishes in a moment; one left waiting
+            # for new messages is cancelled (its pull hands back what it had received: _orphaned)
+            await asyncio.wait({pending}, timeout=PREFETCH_SETTLE)
+            pending.cancel()
             await asyncio.gather(pending, return_exceptions=True)
             if not pending.cancelled() and pending.exception() is None:
                 unseen += pending.result()

@@ -7,7 +7,7 @@ import pytest
 
 from enclave_queue.client import connect, connect_sync
 from enclave_queue.errors import SpecError
-from tests.helpers import make_queue
+from tests.helpers import eventually, make_queue
 
 
 async def test_a_long_poll_returns_as_soon_as_a_message_arrives(stack, unique_name):
@@ -101,7 +101,11 @@ async def test_leaving_iterate_early_hands_the_fetched_messages_back_at_once_uns
             assert message.body == 0
             await message.ack()
             break  # the rest of this batch and the next one were fetched already
-        await asyncio.sleep(0.2)  # the generator is closed when it is collected
+
+        async def handed_back() -> bool:  # the generator is closed (and hands back) when it is collected
+            return await queue.len() == 29
+
+        await eventually(handed_back, timeout=5)
         rest = []
         async for message in queue.iterate(stop_when_empty=True):
             rest.append((message.body, message.attempts))
