@@ -272,7 +272,10 @@ class Queue(Receiving, Inspecting):
         starts both reads, so the first receive after it does not wait either."""
         found = self._settings.get(key)
         if found is None:
-            return await asyncio.shield(self._refresh(key))
+            try:
+                return await asyncio.shield(self._refresh(key))
+            except BrokerUnavailable:  # the read ahead at connect met a moment the broker did not answer
+                return await asyncio.shield(self._refresh(key))
         if time.monotonic() > found[0]:
             self._refresh(key)
         return found[1]

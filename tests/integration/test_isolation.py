@@ -109,3 +109,30 @@ async def test_a_users_own_operations_work_and_nothing_else_is_allowed(stack, un
         assert json.loads(raw.data)["num_pending"] == 1
     finally:
         await client.close()
+
+
+async def test_the_control_planes_desk_acts_on_the_asking_queue_only(stack, unique_name):
+    """An app reaches the desk as ``enclave.desk.<verb>`` in its own account; the queue it acts on
+    comes from that account's import, so A's clear, metrics or dead letters never touch B, and the
+    control account's own desk subjects are out of A's reach."""
+    a = make_queue(stack, f"{unique_name}-a")
+    b = make_queue(stack, f"{unique_name}-b")
+    with stack.admin() as admin:
+        b_id = admin.get_queue("default", f"{unique_name}-b")["id"]
+    async with connect(a) as queue_a, connect(b) as queue_b:
+        await queue_b.put_many(["b1", "b2"])
+        await queue_b.put("b3", delay_s=600)
+        await queue_a.put("a1")
+        before = await state_of(b)
+        assert await queue_a.clear() == {"waiting": 1, "delayed": 0, "dead": 0}
+        assert (await queue_a.metrics())["succeeded"] == 0
+        assert await state_of(b) == before and await queue_b.len() == 3
+
+        client = RawClient()
+        nc = await client.connect(a)
+        try:  # the control account's name for B's desk, tried from A's account
+            await nc.publish(f"desk.{b_id}.clear", b"{}", reply=f"{a['inbox_prefix']}.x")
+            await client.wait_error(f"publish to \"desk.{b_id}.clear\"")
+        finally:
+            await client.close()
+        assert await queue_b.len() == 3
