@@ -9,15 +9,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Optional
 
-from nats.aio.msg import Msg
-
 from .auth.users import stream_name
 from .broker.config import errors_subject, jsapi_prefix
-from .broker.connection import REQUEST_TIMEOUT, RETRY_WINDOW, delete_message, retry_unavailable
+from .broker.connection import delete_message, retry_unavailable
 from .controller.deadletters import (
     ERRORS_STREAM,
     FIRST_ENQUEUED,
@@ -39,7 +36,7 @@ from .envelope import (
     rfc3339,
 )
 from .errors import BrokerUnavailable, SpecError
-from .redrive import READ_BATCH, Letter
+from .redrive import READ_BATCH, Letter, direct_batch
 from .spec import subject_for
 from .state.records import QueueRecord
 
@@ -121,7 +118,7 @@ class QueueContents:
         request: dict[str, Any] = {"seq": after + 1, "batch": READ_BATCH, "max_bytes": READ_BYTES}
         if subject is not None:
             request["next_by_subj"] = subject
-        return await _direct_batch(self.service.conn.control, f"{jsapi_prefix(record.id)}.DIRECT.GET.{stream_name(record.id)}",
+        return await direct_batch(self.service.conn.control, f"{jsapi_prefix(record.id)}.DIRECT.GET.{stream_name(record.id)}",
                                    request, f"the messages of queue '{record.spec.name}'")
 
     async def _error_notes(self, queue_id: str) -> dict[int, str]:
@@ -130,7 +127,7 @@ class QueueContents:
         notes: dict[int, str] = {}
         after, more = 0, True
         while more:
-            found, more = await _direct_batch(
+            found, more = await direct_batch(
                 self.service.conn.control, f"$JS.API.DIRECT.GET.{ERRORS_STREAM}",
                 {"seq": after + 1, "next_by_subj": errors_subject(queue_id), "batch": READ_BATCH}, "the error notes")
             for note in found:
@@ -284,39 +281,3 @@ async def _delete_all(js: Any, stream: str, sequences: list[int]) -> int:
         done = await asyncio.gather(*(delete_message(js, stream, seq) for seq in sequences[i:i + CLEAR_WINDOW]))
         removed += sum(done)
     return removed
-
-
-async def _direct_batch(nc: Any, api: str, request: dict[str, Any], what: str) -> tuple[list[Letter], bool]:
-    """One batched direct get (``api``: a ``…DIRECT.GET.<stream>`` subject): the messages it
-    returned, in sequence order, and whether more follow (the broker's ``Nats-Num-Pending``).
-    Tried again while nobody answers (a configuration reload)."""
-    deadline = time.monotonic() + RETRY_WINDOW
-    while True:
-        found, end = await _direct_batch_once(nc, api, json.dumps(request).encode(), what)
-        status = end.get("Status")
-        if status != "503" or found or time.monotonic() > deadline:
-            pending = end.get("Nats-Num-Pending", "0")
-            return found, status == "204" and pending.isdigit() and int(pending) > 0
-        await asyncio.sleep(0.05)
-
-
-async def _direct_batch_once(nc: Any, api: str, request: bytes, what: str) -> tuple[list[Letter], dict[str, str]]:
-    found: list[Letter] = []
-    done: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
-
-    async def collect(msg: Msg) -> None:
-        headers = dict(msg.headers or {})
-        if "Status" not in headers:
-            found.append(Letter(int(headers["Nats-Sequence"]), msg.data or b"", headers, headers.get("Nats-Time-Stamp")))
-        elif not done.done():  # 204: end of batch; 404: nothing (more); 503: no responders
-            done.set_result(headers)
-
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox, cb=collect)
-    try:
-        await nc.publish(api, request, reply=inbox)
-        return found, await asyncio.wait_for(done, REQUEST_TIMEOUT)
-    except TimeoutError:
-        raise BrokerUnavailable(f"Reading {what} timed out.") from None
-    finally:
-        await sub.unsubscribe()

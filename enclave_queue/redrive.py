@@ -26,7 +26,7 @@ from nats.aio.msg import Msg
 
 from .auth.users import stream_name
 from .broker.config import jsapi_prefix, send_subject
-from .broker.connection import RETRY_WINDOW, delete_message, retry_unavailable
+from .broker.connection import REQUEST_TIMEOUT, RETRY_WINDOW, delete_message, retry_unavailable
 from .controller.deadletters import (
     DEAD_LETTERED_AT,
     FIRST_ENQUEUED,
@@ -133,44 +133,12 @@ class DeadLetterOps:
     # -- reading --------------------------------------------------------------------------------
 
     async def read(self, record: QueueRecord, after: int, limit: int) -> list[Letter]:
-        """Up to ``limit`` letters with a sequence above ``after``, oldest first. A read that finds
-        no responders (the broker reloading its configuration) is tried again, not taken for an
-        empty queue."""
-        deadline = time.monotonic() + RETRY_WINDOW
-        while True:
-            letters, status = await self._read_once(record, after, limit)
-            if status != "503" or letters or time.monotonic() > deadline:
-                return letters
-            await asyncio.sleep(0.05)
-
-    async def _read_once(self, record: QueueRecord, after: int, limit: int) -> tuple[list[Letter], Optional[str]]:
-        """One batched direct get: the letters and the status that ended the batch."""
-        subject = subject_for(record.spec.project, record.spec.name)
-        request = json.dumps({"seq": after + 1, "next_by_subj": subject, "batch": limit}).encode()
-        inbox = self.conn.control.new_inbox()
-        letters: list[Letter] = []
-        done: asyncio.Future[Optional[str]] = asyncio.get_running_loop().create_future()
-
-        async def collect(msg: Msg) -> None:
-            status = (msg.headers or {}).get("Status")
-            if status is None:
-                headers = dict(msg.headers or {})
-                letters.append(Letter(int(headers["Nats-Sequence"]), msg.data or b"", headers,
-                                      headers.get("Nats-Time-Stamp")))
-                return
-            if not done.done():  # 204: end of batch; 404: nothing (more); 503: no responders; others: stop
-                done.set_result(status)
-
-        sub = await self.conn.control.subscribe(inbox, cb=collect)
-        try:
-            await self.conn.control.publish(f"{jsapi_prefix(record.id)}.DIRECT.GET.{stream_name(record.id)}",
-                                            request, reply=inbox)
-            status = await asyncio.wait_for(done, 10)
-        except TimeoutError:
-            raise BrokerUnavailable(f"Reading the dead letters of queue '{record.spec.name}' timed out.") from None
-        finally:
-            await sub.unsubscribe()
-        return letters, status
+        """Up to ``limit`` messages of ``record``'s queue subject with a sequence above ``after``,
+        oldest first (``direct_batch``)."""
+        request = {"seq": after + 1, "next_by_subj": subject_for(record.spec.project, record.spec.name), "batch": limit}
+        letters, _ = await direct_batch(self.conn.control, f"{jsapi_prefix(record.id)}.DIRECT.GET.{stream_name(record.id)}",
+                                        request, f"the messages of queue '{record.spec.name}'")
+        return letters
 
     async def list(self, project: str, name: str, limit: int = 50, after: int = 0) -> dict[str, Any]:
         """A page of a queue's letters (its messages, read without leasing them)."""
@@ -382,3 +350,39 @@ class DeadLetterOps:
             task.stop_requested = True
             if task.runner is not None:
                 await task.runner
+
+
+async def direct_batch(nc: Any, api: str, request: dict[str, Any], what: str) -> tuple[list[Letter], bool]:
+    """One batched direct get (``api``: a ``…DIRECT.GET.<stream>`` subject): the messages it
+    returned, in sequence order, and whether more follow (the broker's ``Nats-Num-Pending``).
+    Tried again while nobody answers (a configuration reload), not taken for an empty stream."""
+    deadline = time.monotonic() + RETRY_WINDOW
+    while True:
+        found, end = await _direct_batch_once(nc, api, json.dumps(request).encode(), what)
+        status = end.get("Status")
+        if status != "503" or found or time.monotonic() > deadline:
+            pending = end.get("Nats-Num-Pending", "0")
+            return found, status == "204" and pending.isdigit() and int(pending) > 0
+        await asyncio.sleep(0.05)
+
+
+async def _direct_batch_once(nc: Any, api: str, request: bytes, what: str) -> tuple[list[Letter], dict[str, str]]:
+    found: list[Letter] = []
+    done: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
+
+    async def collect(msg: Msg) -> None:
+        headers = dict(msg.headers or {})
+        if "Status" not in headers:
+            found.append(Letter(int(headers["Nats-Sequence"]), msg.data or b"", headers, headers.get("Nats-Time-Stamp")))
+        elif not done.done():  # 204: end of batch; 404: nothing (more); 503: no responders
+            done.set_result(headers)
+
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=collect)
+    try:
+        await nc.publish(api, request, reply=inbox)
+        return found, await asyncio.wait_for(done, REQUEST_TIMEOUT)
+    except TimeoutError:
+        raise BrokerUnavailable(f"Reading {what} timed out.") from None
+    finally:
+        await sub.unsubscribe()

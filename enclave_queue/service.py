@@ -38,14 +38,13 @@ from .controller.sampler import read_samples
 from .depth import Depth, depth_reads, read_depth, read_depths
 from .envelope import (
     DELAY_RULE,
-    actual_last_sequence,
     check_delay,
     deadline_of,
     delay_subject,
-    expected_id_headers,
     lane_subject,
     message_id,
     prior_attempts,
+    publish_as_next,
     put_headers,
     rfc3339,
     schedule_headers,
@@ -82,7 +81,6 @@ SEND_TIMEOUT = 5.0  #: seconds
 MAX_PEEK = 100  #: messages one peek may return
 PRIORITY_POLL = 0.1  #: seconds between looks at every priority lane while a receive by hand waits
 MAX_NACK_DELAY = 43200  #: seconds a message handed back by hand may stay hidden (the longest visibility timeout)
-EXPECT_TRIES = 10  #: publishes of a delayed message that may find another message stored first
 
 
 def _queue_missing(project: str, name: str) -> NotFound:
@@ -360,7 +358,9 @@ class QueueService:
             now = datetime.now(UTC)
             due = now + timedelta(seconds=delay)
             headers.update({**schedule_headers(subject, due), **put_headers(now, delay_s=delay)})
-            ack = await self._publish_delayed(record, delay_subject(subject, NUID().next().decode()), body, headers)
+            schedule = delay_subject(subject, NUID().next().decode())
+            ack = await publish_as_next(lambda h: self._publish(record, schedule, body, h), headers,
+                                        (await self._stream_info(record)).state.last_seq)
             if "error" not in ack and not ack.get("duplicate"):
                 await self._note_scheduled(record)
         else:
@@ -381,21 +381,6 @@ class QueueService:
         except nats.errors.TimeoutError as exc:
             raise BrokerUnavailable(f"The broker did not confirm the message to queue '{name}' in time.") from exc
         return json.loads(reply.data)
-
-    async def _publish_delayed(self, record: QueueRecord, subject: str, body: bytes,
-                               headers: dict[str, str]) -> dict[str, Any]:
-        """Publish a schedule so that it is stored at the sequence its ``Enclave-Id`` names: expect
-        the stream's last sequence, and when another message got stored first, expect the one the
-        refusal names. After EXPECT_TRIES refusals, publish without (the copy's id is then its own
-        sequence). A duplicate dedupe key is answered as such once the expectation holds."""
-        last = (await self._stream_info(record)).state.last_seq
-        for _ in range(EXPECT_TRIES):
-            ack = await self._publish(record, subject, body, {**headers, **expected_id_headers(last)})
-            actual = actual_last_sequence(ack.get("error") or {})
-            if actual is None:
-                return ack
-            last = actual
-        return await self._publish(record, subject, body, headers)
 
     async def _note_scheduled(self, record: QueueRecord) -> None:
         """Tell the desk a schedule was stored, as the SDK does (controller/desk.py counts them so

@@ -117,7 +117,9 @@ class Message:
     __slots__ = ("_queue", "data", "headers", "_reply", "receive_count", "sequence", "_sent_ns", "id", "attempts",
                  "last_error", "_lease_end", "_server_lease", "_keeper", "_settled")
 
-    def __init__(self, queue: Queue, msg: Msg, server_lease: float = 0.0) -> None:
+    def __init__(self, queue: Queue, msg: Msg, consumer: Optional[dict[str, Any]] = None) -> None:
+        """``consumer``: the queue's consumer settings (``Queue._consumer``), which say how long the
+        broker leases this receive; without them the lease is taken as over."""
         self._queue = queue
         self.data: bytes = msg.data
         self.headers: dict[str, str] = msg.headers or {}
@@ -132,8 +134,12 @@ class Message:
         self.id: int = envelope.message_id(self.headers, self.sequence)
         self.attempts: int = envelope.prior_attempts(self.headers) + self.receive_count
         self.last_error: Optional[str] = None  #: the last error a worker reported for it (nack or reject)
-        self._server_lease = server_lease  #: how long the broker holds this receive (ack_wait or backoff entry)
-        self._lease_end = time.monotonic() + server_lease
+        #: how long the broker holds this receive: the retry schedule's entry for it, else ack_wait
+        self._server_lease = 0.0
+        if consumer is not None:
+            backoff = consumer["backoff"]
+            self._server_lease = scheduled_delay(self.receive_count, backoff) if backoff else consumer["ack_wait"]
+        self._lease_end = time.monotonic() + self._server_lease
         self._keeper: Optional[asyncio.Task[None]] = None  #: holds or ends a lease other than the broker's
         self._settled = False
 

@@ -75,21 +75,12 @@ DEFAULT_TIMEOUT = 5.0  #: seconds to wait for the broker to confirm an operation
 SEND_WINDOW = 5000  #: unconfirmed publishes ``send_batch`` keeps in flight
 MAX_PUT_MANY = 100  #: messages one put_many stores all or none
 MAX_SEND_BATCH = 1000  #: messages one send_batch sends
-MAX_ID_TRIES = 10  #: guesses of the next sequence a delayed put makes (see _put_scheduled)
 RETRY_WINDOW = 3.0  #: seconds to keep asking a request nobody answered (a reload)
 SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are cached
 
 _STATUS = "Status"
 ATOMIC_DISABLED = 10174  #: err_code of a batch message to a stream without allow_atomic
 BATCH_INCOMPLETE = 10176  #: err_code of a batch's commit after the broker refused one of its messages
-
-
-class _WrongLast(Exception):
-    """A publish with Nats-Expected-Last-Sequence found another last sequence."""
-
-    def __init__(self, last: int) -> None:
-        super().__init__(last)
-        self.last = last
 
 
 class Queue(Receiving, Inspecting):
@@ -326,13 +317,22 @@ class Queue(Receiving, Inspecting):
 
     # -- sending ----------------------------------------------------------------------------------
 
-    def _check_ack(self, msg: Msg) -> int:
-        if msg.headers and msg.headers.get(_STATUS) == "503":
+    def _answer(self, reply: Msg) -> dict[str, Any]:
+        """The broker's answer to a publish as it is (a PubAck, or its refusal)."""
+        if reply.headers and reply.headers.get(_STATUS) == "503":
             raise BrokerUnavailable(f"No stream stores subject '{self.subject}'; the queue may not exist any more.")
-        ack = json.loads(msg.data)
+        return json.loads(reply.data)
+
+    def _stored(self, ack: dict[str, Any]) -> tuple[int, bool]:
+        """A PubAck's (sequence, duplicate); its refusal raised as the error it means."""
         if ack.get("error"):
             raise publish_refused(ack["error"], f"on '{self.subject}'")
-        return int(ack["seq"])
+        seq = int(ack["seq"])
+        self._last_seq = max(self._last_seq, seq)
+        return seq, bool(ack.get("duplicate"))
+
+    def _check_ack(self, msg: Msg) -> int:
+        return self._stored(self._answer(msg))[0]
 
     async def put(self, body: Any, *, delay_s: Optional[float] = None, dedupe_key: Optional[str] = None,
                   ttl_s: Optional[float] = None, priority: int = 0, headers: Optional[dict[str, str]] = None,
@@ -387,32 +387,22 @@ class Queue(Receiving, Inspecting):
 
     async def _publish(self, subject: str, data: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bool]:
         """Publish and wait for the PubAck: (sequence, whether it was a duplicate)."""
+        return self._stored(await self._publish_answer(subject, data, headers, timeout))
+
+    async def _publish_answer(self, subject: str, data: bytes, headers: dict[str, str],
+                              timeout: float) -> dict[str, Any]:
+        """Publish and return the broker's answer as it is (a PubAck, or its refusal)."""
         token, future = self._new_waiter()
         await self._nc.publish(subject, data, reply=f"{self._mux}.{token}", headers=headers or None)
-        reply = await self._await(token, future, timeout, "the message")
-        if reply.headers and reply.headers.get(_STATUS) == "503":
-            raise BrokerUnavailable(f"No stream stores subject '{self.subject}'; the queue may not exist any more.")
-        ack = json.loads(reply.data)
-        error = ack.get("error")
-        if error and envelope.actual_last_sequence(error) is not None:
-            raise _WrongLast(envelope.actual_last_sequence(error) or 0)
-        seq = self._check_ack(reply)
-        self._last_seq = max(self._last_seq, seq)
-        return seq, bool(ack.get("duplicate"))
+        return self._answer(await self._await(token, future, timeout, "the message"))
 
     async def _put_scheduled(self, data: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bool]:
-        """Store a delayed message's schedule as the stream's next sequence, which becomes its id
-        (``Enclave-Id`` on the copy it makes when due): guess the last sequence, and on a wrong
-        guess take the one the broker names. After MAX_ID_TRIES the schedule is stored without an
-        id of its own (its copy then takes the sequence it is stored at)."""
+        """Store a delayed message's schedule as the stream's next sequence (``envelope.publish_as_next``),
+        the first guess of the last one being the last sequence a PubAck named."""
         subject = envelope.delay_subject(self.subject, NUID().next().decode())
         last = self._last_seq or int((await self._info(f"STREAM.INFO.{self.credentials.stream}"))["state"]["last_seq"])
-        for _ in range(MAX_ID_TRIES):
-            try:
-                return await self._publish(subject, data, {**headers, **envelope.expected_id_headers(last)}, timeout)
-            except _WrongLast as wrong:
-                last = wrong.last
-        return await self._publish(subject, data, headers, timeout)
+        return self._stored(await envelope.publish_as_next(
+            lambda h: self._publish_answer(subject, data, h, timeout), headers, last))
 
     async def send_batch(self, bodies: Iterable[Any], *, window: int = SEND_WINDOW,
                          timeout: float = DEFAULT_TIMEOUT) -> int:

@@ -34,7 +34,6 @@ from nats.aio.msg import Msg
 from .. import envelope
 from ..auth.users import lane_consumer
 from ..errors import EnclaveError, SpecError
-from ..spec import scheduled_delay
 from .message import Message
 
 if TYPE_CHECKING:
@@ -170,13 +169,8 @@ class Receiving:
         if not msgs:
             return []
         config = await self._consumer()
-        backoff, max_deliver = config["backoff"], config["max_deliver"]
-        messages = []
-        for msg in msgs:
-            message = Message(self, msg)
-            message._server_lease = scheduled_delay(message.receive_count, backoff) if backoff else config["ack_wait"]
-            message._lease_end += message._server_lease
-            messages.append(message)
+        messages = [Message(self, msg, config) for msg in msgs]
+        max_deliver = config["max_deliver"]
         now = datetime.now(UTC)
         expired = [m for m in messages if m.deadline is not None and m.deadline <= now]
         over = [m for m in messages if max_deliver > 0 and m.attempts > max_deliver and m not in expired]

@@ -124,7 +124,6 @@ class Desk:
         self.service = service
         self.movers = movers
         self.naks = naks
-        self.expired = 0  #: messages this process dropped at their deadline
         self._deadlines: list[tuple[datetime, str, int, int]] = []  #: (deadline, queue id, seq, note seq)
         self._wake = asyncio.Event()
         self._subs: list[Any] = []
@@ -257,7 +256,7 @@ class Desk:
         """Drop the messages ``seqs`` that are past their start deadline; how many were dropped."""
         dropped = 0
         for seq in _ids(body, "seqs"):
-            dropped += await self._drop_expired(record, seq, taken_ok=True)
+            dropped += await drop_expired(self.conn, self.store, record, seq, taken_ok=True)
         return dropped
 
     async def _verb_metrics(self, record: QueueRecord, body: dict[str, Any]) -> dict[str, int]:
@@ -361,7 +360,7 @@ class Desk:
                 try:
                     record = await self.movers.record_of(queue_id)
                     if record is not None and not record.deleting:
-                        await self._drop_expired(record, seq, taken_ok=False)
+                        await drop_expired(self.conn, self.store, record, seq, taken_ok=False)
                     await self._forget_note(note_seq)
                 except Exception as exc:  # the broker restarting: try again a little later
                     log.info("deadline of message %d of %s not handled yet: %r", seq, queue_id, exc)
@@ -372,11 +371,6 @@ class Desk:
                 wait = min(max((self._deadlines[0][0] - datetime.now(UTC)).total_seconds(), 0.0), EXPIRY_TICK)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait)
-
-    async def _drop_expired(self, record: QueueRecord, seq: int, *, taken_ok: bool) -> int:
-        dropped = await drop_expired(self.conn, self.store, record, seq, taken_ok=taken_ok)
-        self.expired += dropped
-        return dropped
 
 
 async def drop_expired(conn: BrokerConnection, store: Store, record: QueueRecord, seq: int, *, taken_ok: bool) -> int:
