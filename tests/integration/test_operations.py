@@ -39,7 +39,8 @@ def test_a_master_key_that_does_not_open_the_data_dir_stops_the_start(enclave_st
 
 
 async def test_a_user_removed_from_the_broker_config_comes_back(enclave_stack_factory):
-    stack = enclave_stack_factory()
+    # repairs come with the resync: a few seconds apart, so the broken state is seen before it
+    stack = enclave_stack_factory(env={"ENCLAVE_RESYNC_SECONDS": "4"})
     creds = make_queue(stack, "tampered")
     conf = stack.home / "broker" / "nats.conf"
     config = json.loads(conf.read_text())
@@ -55,7 +56,7 @@ async def test_a_user_removed_from_the_broker_config_comes_back(enclave_stack_fa
         await queue.close()
         return False
 
-    await eventually(refused, timeout=15, interval=0.02)  # the broker applies the change at its reload
+    await eventually(refused, timeout=4, interval=0.02)  # the broker applies the change at its reload
 
     async def works():
         try:
@@ -65,7 +66,7 @@ async def test_a_user_removed_from_the_broker_config_comes_back(enclave_stack_fa
         except Unauthorized:
             return False
 
-    await eventually(works, timeout=10)
+    await eventually(works, timeout=15)  # the next resync rewrites the configuration
 
 
 def test_the_cli_ignores_the_runtime_file_of_a_dead_server(tmp_path):
