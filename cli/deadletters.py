@@ -1,4 +1,5 @@
-"""``enclave queue dead-letters | retry | discard | redrive``: dead letters by hand."""
+"""``enclave queue dead-letters | retry | discard | redrive``: dead letters by hand. Bodies, error
+notes and names come from messages: they are printed through ``output.safe_text``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .output import err, out, print_json, show_list
-from .queue import Json, Name, Project, api, app, project_of
+from enclave_queue.admin import check_path_part
+
+from .output import err, out, print_json, safe_text, show_list
+from .queue import Json, Name, Project, api, app, checked, project_of
 
 Seq = Annotated[int, typer.Argument(help="The dead letter's sequence (from 'dead-letters').")]
 
@@ -37,9 +40,9 @@ def dead_letters(
         print_json(page)
         return
     rows = [{**letter, "body": (letter["body"] or "(binary)")[:60]} for letter in page["dead_letters"]]
-    show_list(rows, LETTER_COLUMNS, empty=f"No dead letters in '{name}'.")
+    show_list(rows, LETTER_COLUMNS, empty=f"No dead letters in '{name}'.")  # show_list makes every cell safe
     if page["next_after"] is not None:
-        err.print(f"More: --after {page['next_after']}")
+        err.print(f"More: --after {safe_text(page['next_after'])}")
 
 
 @app.command()
@@ -50,7 +53,8 @@ def retry(name: Name, seq: Seq, project: Project = None, json: Json = False) -> 
     if json:
         print_json(result)
     else:
-        out.print(f"Dead letter {seq} is back on '{result['queue']}' as message {result['sequence']}.")
+        out.print(f"Dead letter {seq} is back on '{safe_text(result['queue'])}' as message "
+                  f"{safe_text(result['sequence'])}.")
 
 
 @app.command()
@@ -59,10 +63,12 @@ def discard(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete one dead letter for good."""
+    project = checked(project, name)
+    check_path_part("sequence", seq)
     if not yes:
         typer.confirm(f"Discard dead letter {seq} of '{name}' for good?", abort=True, err=True)
     with api() as client:
-        client.discard_dead_letter(project_of(project), name, seq)
+        client.discard_dead_letter(project, name, seq)
     err.print(f"Dead letter {seq} discarded.")
 
 
@@ -87,17 +93,17 @@ def redrive(
             task = _follow(client, project, name, task, show=not json)
         except KeyboardInterrupt:
             task = client.cancel_redrive(project, name, task["id"])
-            err.print(f"Redrive interrupted after moving {task['moved']}; run it again to move the rest.")
+            err.print(f"Redrive interrupted after moving {safe_text(task['moved'])}; run it again to move the rest.")
             raise typer.Exit(130) from None
     if json:
         print_json(task)
         return
-    where = f"'{to}'" if to else "their source queues"
+    where = f"'{safe_text(to)}'" if to else "their source queues"
     verb = "Would move" if dry_run else "Moved"
-    err.print(f"{verb} {task['moved']} dead letter(s) from '{name}' to {where}"
-              + (f"; {task['failed']} failed" if task["failed"] else "") + ".")
+    err.print(f"{verb} {safe_text(task['moved'])} dead letter(s) from '{name}' to {where}"
+              + (f"; {safe_text(task['failed'])} failed" if task["failed"] else "") + ".")
     for line in task["errors"]:
-        err.print(f"  {line}", markup=False)
+        err.print(f"  {safe_text(line, markup=False)}", markup=False)
     if task["state"] != "done":
         raise typer.Exit(1)
 

@@ -1,6 +1,7 @@
 """The ``enclave`` entry point: the Typer app, and one place that turns errors into
 ``error: <sentence>`` on stderr with the exit code from errors.py (``ENCLAVE_TRACEBACK=1``
-shows the traceback too)."""
+shows the traceback too). The sentence may carry the server's text: it is printed through
+``output.safe_text``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typer.exceptions import Abort, Exit, TyperException
 from enclave_queue.errors import EnclaveError
 
 from . import deadletters, queue, server  # noqa: F401 - deadletters adds commands to queue
+from .output import safe_text
 
 app = typer.Typer(
     name="enclave",
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 def _fail(message: str, code: int, exc: BaseException | None) -> int:
     if exc is not None and os.environ.get("ENCLAVE_TRACEBACK") == "1":
         traceback.print_exception(exc, file=sys.stderr)
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {safe_text(message, markup=False)}", file=sys.stderr)
     return code
 
 

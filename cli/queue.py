@@ -1,4 +1,8 @@
-"""``enclave queue …``: each command is option parsing plus one API call."""
+"""``enclave queue …``: each command is option parsing plus one API call.
+
+Arguments are checked where they go into a URL (``admin.check_path_part``): a bad one is
+``error: <field> must be …`` and exit 2, before any prompt. What the server sends back is
+printed through ``output.safe_text``."""
 
 from __future__ import annotations
 
@@ -13,10 +17,10 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.exceptions import TyperException
 
-from enclave_queue.admin import AdminClient
+from enclave_queue.admin import AdminClient, check_path_part
 from enclave_queue.settings import ClientSettings
 
-from .output import QUEUE_COLUMNS, err, out, print_json, show_list, show_object
+from .output import QUEUE_COLUMNS, err, out, print_json, safe_text, show_list, show_object
 
 app = typer.Typer(help="Declare, inspect and use queues.", no_args_is_help=True)
 
@@ -29,6 +33,7 @@ MaxReceives = Annotated[Optional[int], typer.Option("--max-receives", help="Rece
 DeadLetterQueue = Annotated[Optional[str], typer.Option("--dead-letter-queue", help="Queue in the same project that receives dead letters.")]
 RetentionHours = Annotated[Optional[int], typer.Option("--retention-hours", help="Hours a message is kept (1–336; default 96).")]
 MaxMessageBytes = Annotated[Optional[int], typer.Option("--max-message-bytes", help="Largest message (1024–1048576; default 262144).")]
+MaxBytes = Annotated[Optional[int], typer.Option("--max-bytes", help="Bytes the queue stores at most (1048576–1099511627776; default 256 of its largest message, 16 MiB–1 GiB); a full queue refuses new messages.")]
 MaxMessages = Annotated[Optional[int], typer.Option("--max-messages", help="Messages the queue holds at most (0–10000000; 0 = no limit); a full queue refuses new ones.")]
 DedupeWindow = Annotated[Optional[int], typer.Option("--dedupe-window-seconds", help="Seconds a dedupe key is remembered (1–86400, at most the retention; default 3600).")]
 RetryBackoff = Annotated[Optional[str], typer.Option("--retry-backoff-seconds", help="Seconds before each retry, comma-separated (e.g. 5,30,120; the last repeats).")]
@@ -51,7 +56,17 @@ def api() -> AdminClient:
 
 
 def project_of(project: Optional[str]) -> str:
-    return project or ClientSettings.from_env().project
+    """``--project`` if given (an empty one too, refused as it is), else ENCLAVE_PROJECT or 'default'."""
+    return project if project is not None else ClientSettings.from_env().project
+
+
+def checked(project: Optional[str], name: str) -> str:
+    """The project, once it and the queue's name follow their rules (SpecError otherwise):
+    for the commands that ask before they call the API."""
+    project = project_of(project)
+    check_path_part("project", project)
+    check_path_part("queue name", name)
+    return project
 
 
 def settings_from_options(**options: Any) -> dict[str, Any]:
@@ -65,7 +80,7 @@ def create(
     dead_letter_queue: DeadLetterQueue = None, retention_hours: RetentionHours = None,
     max_message_bytes: MaxMessageBytes = None, retry_backoff_seconds: RetryBackoff = None,
     max_messages: MaxMessages = None, dedupe_window_seconds: DedupeWindow = None, priorities: Priorities = False,
-    wait: Wait = False, json: Json = False,
+    max_bytes: MaxBytes = None, wait: Wait = False, json: Json = False,
 ) -> None:
     """Create a queue."""
     project = project_of(project)
@@ -73,7 +88,7 @@ def create(
         name=name, visibility_timeout_seconds=visibility_timeout_seconds, max_receives=max_receives,
         dead_letter_queue=dead_letter_queue, retention_hours=retention_hours, max_message_bytes=max_message_bytes,
         retry_backoff_seconds=backoff_list(retry_backoff_seconds), max_messages=max_messages,
-        dedupe_window_seconds=dedupe_window_seconds, priorities=priorities or None,
+        dedupe_window_seconds=dedupe_window_seconds, priorities=priorities or None, max_bytes=max_bytes,
     )
     with api() as client:
         queue = client.create_queue(project, spec)
@@ -122,7 +137,7 @@ def update(
     retry_backoff_seconds: RetryBackoff = None,
     no_retry_backoff: Annotated[bool, typer.Option("--no-retry-backoff", help="Remove the retry schedule.")] = False,
     max_messages: MaxMessages = None, dedupe_window_seconds: DedupeWindow = None, priorities: Priorities = False,
-    wait: Wait = False, json: Json = False,
+    max_bytes: MaxBytes = None, wait: Wait = False, json: Json = False,
 ) -> None:
     """Change a queue's settings in place."""
     project = project_of(project)
@@ -130,7 +145,7 @@ def update(
         visibility_timeout_seconds=visibility_timeout_seconds, max_receives=max_receives,
         dead_letter_queue=dead_letter_queue, retention_hours=retention_hours, max_message_bytes=max_message_bytes,
         retry_backoff_seconds=backoff_list(retry_backoff_seconds), max_messages=max_messages,
-        dedupe_window_seconds=dedupe_window_seconds, priorities=priorities or None,
+        dedupe_window_seconds=dedupe_window_seconds, priorities=priorities or None, max_bytes=max_bytes,
     )
     if no_dead_letter_queue:
         changes["dead_letter_queue"] = None
@@ -151,7 +166,7 @@ def delete(
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Return without waiting for the deletion to finish.")] = False,
 ) -> None:
     """Delete a queue with its messages and credentials."""
-    project = project_of(project)
+    project = checked(project, name)
     if not yes:
         typer.confirm(f"Delete queue '{name}' in project '{project}' and all its messages?", abort=True, err=True)
     with api() as client:
@@ -172,7 +187,8 @@ def credentials(
         creds = client.credentials(project_of(project), name)
     if env:
         for key, value in creds.items():
-            print(f"export {ENV_PREFIX}{key.upper()}={shlex.quote(value)}")
+            print(f"export {ENV_PREFIX}{safe_text(key.upper(), markup=False)}="
+                  f"{shlex.quote(safe_text(value, markup=False))}")
     else:
         show_object(creds, as_json=json)
 
@@ -192,11 +208,13 @@ def send(
     if json:
         print_json(result)
     elif result.get("duplicate"):
-        out.print(f"Duplicate of message {result['sequence']} in '{name}' (dedupe key already sent); nothing added.")
+        out.print(f"Duplicate of message {safe_text(result['sequence'])} in '{name}' (dedupe key already sent); "
+                  "nothing added.")
     elif result.get("delayed_until"):
-        out.print(f"Sent message {result['sequence']} to '{name}', delayed until {result['delayed_until']}.")
+        out.print(f"Sent message {safe_text(result['sequence'])} to '{name}', delayed until "
+                  f"{safe_text(result['delayed_until'])}.")
     else:
-        out.print(f"Sent message {result['sequence']} to '{name}'.")
+        out.print(f"Sent message {safe_text(result['sequence'])} to '{name}'.")
 
 
 @app.command()
@@ -217,9 +235,10 @@ def receive(
         return
     for message in messages:
         body = message["body"] if message["body"] is not None else f"(binary) {message['body_base64']}"
-        out.print(f"[bold]#{message['sequence']}[/bold] receive {message['receive_count']}, sent {message['sent_at']}")
-        out.print(f"  body:    {body}", markup=False)
-        out.print(f"  receipt: {message['receipt']}", markup=False)
+        out.print(f"[bold]#{safe_text(message['sequence'])}[/bold] receive {safe_text(message['receive_count'])}, "
+                  f"sent {safe_text(message['sent_at'])}")
+        out.print(f"  body:    {safe_text(body, markup=False)}", markup=False)
+        out.print(f"  receipt: {safe_text(message['receipt'], markup=False)}", markup=False)
 
 
 @app.command("delete-message")
@@ -260,8 +279,8 @@ def len_(name: Name, project: Project = None, json: Json = False) -> None:
     if json:
         print_json(stats)
         return
-    out.print(f"Waiting in '{name}': {stats['waiting'] + stats['delayed']} ({stats['delayed']} delayed). "
-              f"In flight: {stats['in_flight']}.")
+    out.print(f"Waiting in '{name}': {safe_text(stats['waiting'] + stats['delayed'])} "
+              f"({safe_text(stats['delayed'])} delayed). In flight: {safe_text(stats['in_flight'])}.")
 
 
 EXPORT_STATUSES = ("waiting", "in_flight", "delayed", "dead")
@@ -299,13 +318,14 @@ def clear(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Confirm: the messages are removed for good.")] = False,
 ) -> None:
     """Remove the waiting, delayed and dead messages of a queue; in-flight ones are left to finish."""
+    project = checked(project, name)
     if not yes:
         raise NeedsYes(f"clear removes the waiting, delayed and dead messages of '{name}' for good; "
                        "add --yes to do it.")
     with api() as client:
-        counts = client.clear(project_of(project), name)
+        counts = client.clear(project, name)
     if json:
         print_json(counts)
     else:
-        out.print(f"Cleared '{name}': {counts['waiting']} waiting, {counts['delayed']} delayed, "
-                  f"{counts['dead']} dead message(s) removed.")
+        out.print(f"Cleared '{name}': {safe_text(counts['waiting'])} waiting, {safe_text(counts['delayed'])} delayed, "
+                  f"{safe_text(counts['dead'])} dead message(s) removed.")

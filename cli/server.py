@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,7 +18,7 @@ def up(
     broker_port: Annotated[Optional[int], typer.Option("--broker-port", min=0, max=65535, help="Broker port (0 = any free port; default 4222).")] = None,
     api_port: Annotated[Optional[int], typer.Option("--api-port", min=0, max=65535, help="API port (0 = any free port; default 7780).")] = None,
 ) -> None:
-    """Run Enclave Queues in the foreground until Ctrl-C or SIGTERM."""
+    """Run Enclave Queues in the foreground until Ctrl-C or SIGTERM (one per data dir)."""
     from enclave_queue.server import serve
 
     overrides: dict[str, object] = {}
@@ -28,5 +29,6 @@ def up(
     if api_port is not None:
         overrides["api_port"] = api_port
     settings = EnclaveSettings.from_env(**overrides)
+    settings = replace(settings, home=settings.home.resolve())  # absolute: in messages, in the broker's command line
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(serve(settings, announce=lambda line: print(line, flush=True)))

@@ -17,6 +17,7 @@ from .errors import (
     PermissionDenied,
     QueueFull,
     SpecError,
+    StorageFull,
     Timeout,
     Unauthorized,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "QueueFull",
     "QueueSpec",
     "SpecError",
+    "StorageFull",
     "SyncMessage",
     "SyncQueue",
     "Timeout",

@@ -2,28 +2,86 @@
 
 Errors come back as the same classes the server raised (errors.py), rebuilt from the API's
 JSON problems.
+
+Every name, project, receipt, secret, id and sequence that goes into a URL is first checked
+against its rule (``check_path_part``: a bad one is a SpecError naming the field and the rule)
+and then percent-encoded, so no argument can climb out of its place in the path
+(``../other/queues/victim``) or add a route (``q/credentials``). Redirects are never followed:
+a 3xx answer is an error, not a success.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Optional
+from typing import Any, Optional, Union
+from urllib.parse import quote
 
 import httpx
 
-from .errors import BrokerUnavailable, EnclaveError, NotFound, Timeout, from_problem
+from .errors import BrokerUnavailable, EnclaveError, NotFound, SpecError, Timeout, from_problem
 from .settings import ClientSettings
+from .spec import (
+    MAX_SEQUENCE,
+    NAME_RULE,
+    PROJECT_PATTERN,
+    PROJECT_RULE,
+    QUEUE_NAME_PATTERN,
+    RECEIPT_PATTERN,
+    RECEIPT_RULE,
+    REDRIVE_PATTERN,
+    REDRIVE_RULE,
+    SECRET_PATTERN,
+    SECRET_RULE,
+    SEQUENCE_RULE,
+    shown,
+)
 
 WAIT_STEP = 10.0  #: seconds one long-poll of a queue's status may wait on the server
+
+#: what each kind of path part must look like: (pattern matched in full, the rule as a user reads it)
+PATH_RULES: dict[str, tuple[re.Pattern[str], str]] = {
+    "project": (PROJECT_PATTERN, PROJECT_RULE),
+    "queue name": (QUEUE_NAME_PATTERN, NAME_RULE),
+    "secret name": (SECRET_PATTERN, SECRET_RULE),
+    "receipt": (RECEIPT_PATTERN, RECEIPT_RULE),
+    "redrive id": (REDRIVE_PATTERN, REDRIVE_RULE),
+}
+
+#: a path part: literal text as it is, or (field, value) to check and encode
+Segment = Union[str, tuple[str, Any]]
+
+
+def check_path_part(field: str, value: Any) -> str:
+    """``value`` as the text that goes into a URL for ``field`` (a key of PATH_RULES, or
+    'sequence'), if it follows the field's rule; raises SpecError naming the field and the rule."""
+    if field == "sequence":
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SEQUENCE:
+            return str(value)
+        rule = SEQUENCE_RULE
+    else:
+        pattern, rule = PATH_RULES[field]
+        if isinstance(value, str) and pattern.fullmatch(value):
+            return value
+    got = shown(value)
+    raise SpecError(f"{field} must be {rule} (got {got}).",
+                    errors=[{"field": field, "message": f"must be {rule} (got {got})"}])
+
+
+def url_path(*segments: Segment) -> str:
+    """'/v1/…' from literal segments and (field, value) parts, each part checked
+    (``check_path_part``) and percent-encoded whole: the one way a path is built here."""
+    return "/" + "/".join(part if isinstance(part, str) else quote(check_path_part(*part), safe="")
+                          for part in segments)
 
 
 class AdminClient:
     def __init__(self, url: str, token: Optional[str], *, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, follow_redirects=False)
 
     @classmethod
     def from_env(cls) -> AdminClient:
@@ -40,6 +98,7 @@ class AdminClient:
         self.close()
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One call of the API; ``path`` as ``url_path`` builds it (its parts checked and encoded)."""
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
@@ -57,7 +116,7 @@ class AdminClient:
         """GET a JSON Lines answer, one object a line as it arrives (errors on the first step)."""
         try:
             with self._http.stream("GET", path, **kwargs) as response:
-                if response.status_code >= 400:
+                if response.status_code >= 300:
                     response.read()
                     _raise_for_problem(response)
                 for line in response.iter_lines():
@@ -69,7 +128,11 @@ class AdminClient:
     # -- queues ---------------------------------------------------------------------------------
 
     def _queues(self, project: str) -> str:
-        return f"/v1/projects/{project}/queues"
+        return url_path("v1", "projects", ("project", project), "queues")
+
+    def _queue(self, project: str, name: str, *tail: Segment) -> str:
+        """The path of queue ``name`` in ``project``, then ``tail``."""
+        return url_path("v1", "projects", ("project", project), "queues", ("queue name", name), *tail)
 
     def list_queues(self, project: str) -> list[dict[str, Any]]:
         return self.request("GET", self._queues(project))
@@ -78,25 +141,26 @@ class AdminClient:
         return self.request("POST", self._queues(project), json=spec)
 
     def get_queue(self, project: str, name: str) -> dict[str, Any]:
-        return self.request("GET", f"{self._queues(project)}/{name}")
+        return self.request("GET", self._queue(project, name))
 
     def update_queue(self, project: str, name: str, changes: dict[str, Any]) -> dict[str, Any]:
-        return self.request("PATCH", f"{self._queues(project)}/{name}", json=changes)
+        return self.request("PATCH", self._queue(project, name), json=changes)
 
     def delete_queue(self, project: str, name: str) -> None:
-        self.request("DELETE", f"{self._queues(project)}/{name}")
+        self.request("DELETE", self._queue(project, name))
 
     def queue_status(self, project: str, name: str, wait_seconds: float = 0) -> dict[str, Any]:
         """The queue's status; with ``wait_seconds``, the server answers once it settles."""
         params = {"wait_seconds": wait_seconds} if wait_seconds else None
-        return self.request("GET", f"{self._queues(project)}/{name}/status", params=params,
+        return self.request("GET", self._queue(project, name, "status"), params=params,
                             timeout=wait_seconds + 30)
 
     def credentials(self, project: str, name: str) -> dict[str, str]:
-        return self.request("GET", f"{self._queues(project)}/{name}/credentials")
+        return self.request("GET", self._queue(project, name, "credentials"))
 
     def read_secret(self, project: str, secret: str) -> dict[str, str]:
-        return self.request("GET", f"/v1/projects/{project}/secrets/{secret}")
+        return self.request("GET", url_path("v1", "projects", ("project", project), "secrets",
+                                            ("secret name", secret)))
 
     def wait_ready(self, project: str, name: str, timeout: float = 60.0, *, step: float = WAIT_STEP,
                    stop: Optional[Callable[[], bool]] = None) -> dict[str, Any]:
@@ -130,25 +194,25 @@ class AdminClient:
     # -- dead letters ---------------------------------------------------------------------------
 
     def list_dead_letters(self, project: str, name: str, limit: int = 50, after: int = 0) -> dict[str, Any]:
-        return self.request("GET", f"{self._queues(project)}/{name}/dead-letters",
+        return self.request("GET", self._queue(project, name, "dead-letters"),
                             params={"limit": limit, "after": after})
 
     def retry_dead_letter(self, project: str, name: str, seq: int) -> dict[str, Any]:
-        return self.request("POST", f"{self._queues(project)}/{name}/dead-letters/{seq}/retry")
+        return self.request("POST", self._queue(project, name, "dead-letters", ("sequence", seq), "retry"))
 
     def discard_dead_letter(self, project: str, name: str, seq: int) -> None:
-        self.request("DELETE", f"{self._queues(project)}/{name}/dead-letters/{seq}")
+        self.request("DELETE", self._queue(project, name, "dead-letters", ("sequence", seq)))
 
     def start_redrive(self, project: str, name: str, **options: Any) -> dict[str, Any]:
         """Options: to, max, rate, filter_error, dry_run. Returns the task (poll redrive_status)."""
         body = {k: v for k, v in options.items() if v is not None}
-        return self.request("POST", f"{self._queues(project)}/{name}/redrives", json=body)
+        return self.request("POST", self._queue(project, name, "redrives"), json=body)
 
     def redrive_status(self, project: str, name: str, task_id: str) -> dict[str, Any]:
-        return self.request("GET", f"{self._queues(project)}/{name}/redrives/{task_id}")
+        return self.request("GET", self._queue(project, name, "redrives", ("redrive id", task_id)))
 
     def cancel_redrive(self, project: str, name: str, task_id: str) -> dict[str, Any]:
-        return self.request("DELETE", f"{self._queues(project)}/{name}/redrives/{task_id}")
+        return self.request("DELETE", self._queue(project, name, "redrives", ("redrive id", task_id)))
 
     # -- messages -------------------------------------------------------------------------------
 
@@ -161,41 +225,47 @@ class AdminClient:
             payload["dedupe_key"] = dedupe_key
         if delay:
             payload["delay_seconds"] = delay
-        return self.request("POST", f"{self._queues(project)}/{name}/messages", json=payload)
+        return self.request("POST", self._queue(project, name, "messages"), json=payload)
 
     def receive(self, project: str, name: str, max_messages: int = 1, wait: float = 1.0) -> list[dict[str, Any]]:
-        data = self.request("POST", f"{self._queues(project)}/{name}/messages/receive",
+        data = self.request("POST", self._queue(project, name, "messages", "receive"),
                             json={"max": max_messages, "wait": wait},
                             timeout=wait + 10)
         return data["messages"]
 
     def delete_message(self, project: str, name: str, receipt: str) -> None:
-        self.request("DELETE", f"{self._queues(project)}/{name}/messages/{receipt}")
+        self.request("DELETE", self._queue(project, name, "messages", ("receipt", receipt)))
 
     def nack_message(self, project: str, name: str, receipt: str, delay: float = 0) -> None:
-        self.request("POST", f"{self._queues(project)}/{name}/messages/{receipt}/nack", json={"delay": delay})
+        self.request("POST", self._queue(project, name, "messages", ("receipt", receipt), "nack"),
+                     json={"delay": delay})
 
     def peek(self, project: str, name: str, limit: int = 10) -> list[dict[str, Any]]:
-        return self.request("GET", f"{self._queues(project)}/{name}/messages", params={"limit": limit})["messages"]
+        return self.request("GET", self._queue(project, name, "messages"), params={"limit": limit})["messages"]
 
     def export(self, project: str, name: str) -> Iterator[dict[str, Any]]:
         """Every message of the queue as it stands (waiting, in flight, delayed, dead), one dict a
         message, streamed; nothing is taken off the queue. NotFound on the first step."""
-        return self.stream_lines(f"{self._queues(project)}/{name}/export", timeout=httpx.Timeout(30.0, read=120.0))
+        return self.stream_lines(self._queue(project, name, "export"), timeout=httpx.Timeout(30.0, read=120.0))
 
     def clear(self, project: str, name: str) -> dict[str, int]:
         """Remove the waiting, delayed and dead messages (in-flight ones finish); how many of each."""
-        return self.request("POST", f"{self._queues(project)}/{name}/clear", timeout=120)
+        return self.request("POST", self._queue(project, name, "clear"), timeout=120)
 
     def stats(self, project: str, name: str) -> dict[str, Any]:
         """Waiting, in flight, delayed and dead now, and the counts since the queue was created."""
-        return self.request("GET", f"{self._queues(project)}/{name}/stats")
+        return self.request("GET", self._queue(project, name, "stats"))
 
 
 def _raise_for_problem(response: httpx.Response) -> None:
-    """Raise the error a JSON problem names (errors.py), if the answer is one."""
-    if response.status_code < 400:
+    """Raise the error a JSON problem names (errors.py), if the answer is one; a redirect is an
+    error too (never followed: the API does not send one, so it came from something else)."""
+    if response.status_code < 300:
         return
+    if response.status_code < 400:
+        where = response.headers.get("location") or "nowhere"
+        raise EnclaveError(f"The Enclave API answered {response.status_code} {response.reason_phrase} (a redirect "
+                           f"to {where!r}), which is not followed: is ENCLAVE_URL the API's own address?")
     try:
         problem = response.json()
     except ValueError:

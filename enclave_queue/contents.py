@@ -15,18 +15,16 @@ from typing import TYPE_CHECKING, Any, Optional
 from .auth.users import stream_name
 from .broker.config import errors_subject, jsapi_prefix
 from .broker.connection import delete_message, retry_unavailable
-from .controller.deadletters import (
-    ERRORS_STREAM,
+from .controller.deadletters import ERRORS_STREAM
+from .envelope import (
+    DEADLINE,
+    ENQUEUED_AT,
     FIRST_ENQUEUED,
+    LAST_ERROR,
     RECEIVE_COUNT,
     SOURCE_PROJECT,
     SOURCE_QUEUE,
     SOURCE_SEQUENCE,
-)
-from .envelope import (
-    DEADLINE,
-    ENQUEUED_AT,
-    LAST_ERROR,
     delay_subjects,
     due_at,
     message_id,
@@ -83,7 +81,7 @@ class QueueContents:
         more = dlq is not None
         while more and dlq is not None:
             letters, more = await self._read(dlq, after, subject_for(dlq.spec.project, dlq.spec.name))
-            for letter in letters:
+            for letter in self._vouched(dlq, letters):
                 if _letter_of(letter, record) and not page.add(_exported_letter(letter)):
                     return page.items, f"d:{letter.sequence}"
                 after = letter.sequence
@@ -121,6 +119,10 @@ class QueueContents:
         return await direct_batch(self.service.conn.control, f"{jsapi_prefix(record.id)}.DIRECT.GET.{stream_name(record.id)}",
                                    request, f"the messages of queue '{record.spec.name}'")
 
+    def _vouched(self, dlq: QueueRecord, letters: list[Letter]) -> list[Letter]:
+        """Letters of a dead-letter queue with only the provenance the control plane wrote."""
+        return [letter.vouched(self.service.dead_letters.provenance, dlq.id) for letter in letters]
+
     async def _error_notes(self, queue_id: str) -> dict[int, str]:
         """The error notes apps left for the queue's messages (controller/deadletters.py), by
         message id: one batched direct get per READ_BATCH notes of ERRORS_STREAM (one a subject)."""
@@ -157,7 +159,7 @@ class QueueContents:
         dead = 0
         if dlq is not None:  # only this queue's letters: a dead-letter queue may serve several
             dead = await self._delete_stored(dlq, 0, (await self.service._stream_info(dlq)).state.last_seq,
-                                             lambda letter: _letter_of(letter, record))
+                                             lambda letter: _letter_of(self._vouched(dlq, [letter])[0], record))
         if waiting + delayed:
             await self.service.store.count(record.key, "cleared", waiting + delayed)
         if delayed:  # ``scheduled`` counts the schedules not cleared (controller/desk.py)

@@ -21,6 +21,13 @@ Headers (besides the sender's and ``Content-Type``):
 - ``Enclave-Deadline``: the start deadline of a put with ``ttl_s`` (RFC 3339): a message not
   taken by then is dropped unrun and counted as expired.
 - ``Enclave-Last-Error``: the last error of the message a copy replaces.
+
+These are the app's own statements about its own message (the SDK writes most of them) and
+steer only its own queue. A dead letter carries more, written by the control plane alone and
+trusted only under its ``Enclave-Provenance`` MAC (auth/provenance.py): ``Enclave-Source-Queue``,
+``-Source-Project`` and ``-Source-Sequence`` (where it came from, where a retry sends it),
+``Enclave-Receive-Count``, ``Enclave-First-Enqueued``, ``Enclave-Dead-Lettered-At`` and its
+``Enclave-Last-Error``.
 """
 
 from __future__ import annotations
@@ -37,6 +44,14 @@ PRIOR_ATTEMPTS = "Enclave-Prior-Attempts"
 ENQUEUED_AT = "Enclave-Enqueued-At"
 DEADLINE = "Enclave-Deadline"
 LAST_ERROR = "Enclave-Last-Error"
+#: a dead letter's provenance (written by the mover, vouched for by PROVENANCE)
+SOURCE_QUEUE = "Enclave-Source-Queue"
+SOURCE_PROJECT = "Enclave-Source-Project"
+SOURCE_SEQUENCE = "Enclave-Source-Sequence"
+RECEIVE_COUNT = "Enclave-Receive-Count"
+FIRST_ENQUEUED = "Enclave-First-Enqueued"
+DEAD_LETTERED_AT = "Enclave-Dead-Lettered-At"
+PROVENANCE = "Enclave-Provenance"
 SCHEDULE = "Nats-Schedule"
 SCHEDULE_TARGET = "Nats-Schedule-Target"
 SCHEDULER = "Nats-Scheduler"  #: the broker's header on a copy made by a schedule: the schedule's subject
@@ -44,6 +59,9 @@ SCHEDULER = "Nats-Scheduler"  #: the broker's header on a copy made by a schedul
 #: headers the broker or this package set; a copy of a message drops them and sets its own
 SYSTEM_HEADERS = frozenset({ID, PRIOR_ATTEMPTS, ENQUEUED_AT, DEADLINE, LAST_ERROR, SCHEDULE, SCHEDULE_TARGET,
                             SCHEDULER, "Nats-Schedule-Next", "Nats-Msg-Id", "Nats-TTL"})
+#: the dead-letter headers: a copy of a letter drops them (and a forged set never survives a move)
+DEAD_LETTER_HEADERS = frozenset({SOURCE_QUEUE, SOURCE_PROJECT, SOURCE_SEQUENCE, RECEIVE_COUNT, FIRST_ENQUEUED,
+                                 DEAD_LETTERED_AT, LAST_ERROR, PROVENANCE})
 
 DELAY_TOKEN = "delay"
 MAX_DELAY = 7 * 86400  #: seconds a put may be delayed

@@ -7,7 +7,7 @@ Every layer raises these; the HTTP API turns them into JSON problems, the CLI in
       + SpecError                -> HTTP 422 / exit 2   a setting out of range, a bad name
       + NotFound                 -> HTTP 404 / exit 4   no such queue, secret or message
       + Conflict                 -> HTTP 409 / exit 5   a taken name, a queue still in use
-      |   + QueueFull            -> HTTP 409 / exit 8   the queue holds max_messages already
+      |   + QueueFull            -> HTTP 409 / exit 8   the queue holds max_messages or max_bytes already
       + Unauthorized             -> HTTP 401 / exit 7   missing or wrong API token
       + Forbidden                -> HTTP 403 / exit 7   the token may not do this
       + PermissionDenied         -> (SDK)     exit 7    the broker refused this queue user
@@ -82,6 +82,13 @@ class MessageTooLarge(EnclaveError):
     status, exit_code, title = 413, 2, "Message too large"
 
 
+class StorageFull(EnclaveError):
+    """The broker's store cannot take this: a queue whose max_bytes does not fit in what the
+    other queues and the control state leave unreserved."""
+
+    status, exit_code, title = 507, 9, "Insufficient storage"
+
+
 class BrokerUnavailable(EnclaveError):
     status, exit_code, title = 503, 3, "Broker unavailable"
 
@@ -96,7 +103,8 @@ BY_TITLE: dict[str, type[EnclaveError]] = {cls.title: cls for cls in (QueueFull,
 #: every concrete error by its HTTP status, so a client can rebuild the right class
 BY_STATUS: dict[int, type[EnclaveError]] = {
     cls.status: cls
-    for cls in (SpecError, NotFound, Conflict, Unauthorized, Forbidden, MessageTooLarge, BrokerUnavailable, Timeout)
+    for cls in (SpecError, NotFound, Conflict, Unauthorized, Forbidden, MessageTooLarge, StorageFull, BrokerUnavailable,
+                Timeout)
 }
 
 
@@ -112,10 +120,12 @@ def from_problem(status: int, problem: dict[str, Any]) -> EnclaveError:
 #: err_codes of a publish the broker refused (nats-server 2.15.1)
 TOO_LARGE = 10054  #: over the stream's max_msg_size
 QUEUE_FULL = 10077  #: the stream is at max_msgs (discard new)
+ACCOUNT_FULL = 10002  #: the queue's account is at its JetStream max_file (the queue's max_bytes)
 SCHEDULES_DISABLED = 10188  #: a delayed message to a stream without allow_msg_schedules (a queue with max_messages)
 
 
-def publish_refused(error: dict[str, Any], queue: str, max_messages: Optional[int] = None) -> EnclaveError:
+def publish_refused(error: dict[str, Any], queue: str, max_messages: Optional[int] = None,
+                    max_bytes: Optional[int] = None) -> EnclaveError:
     """The error for a PubAck's ``error``, wherever a message is published into a queue (SDK,
     messages by hand, redrive, the dead-letter mover). ``queue`` names it in the sentence
     (``'emails' in project 'shop'``); ``max_messages``, when known, is said with QueueFull."""
@@ -125,6 +135,9 @@ def publish_refused(error: dict[str, Any], queue: str, max_messages: Optional[in
     if code == QUEUE_FULL:
         limit = "max_messages" if max_messages is None else f"max_messages {max_messages}"
         return QueueFull(f"Queue {queue} is full ({limit}); the message was not stored.")
+    if code == ACCOUNT_FULL:
+        limit = "max_bytes" if max_bytes is None else f"max_bytes {max_bytes}"
+        return QueueFull(f"Queue {queue} is full ({limit}: the bytes it stores); the message was not stored.")
     if code == SCHEDULES_DISABLED:
         rule = "must be 0 on a queue with max_messages (a limit that refuses new messages rules out delays)"
         return SpecError(f"delay_s {rule}: queue {queue} has one; the message was not stored.",

@@ -3,7 +3,8 @@ many as a task whose progress the CLI (and later the console) follows.
 
 Reading never leases: letters are read by sequence (batched direct gets), so workers of the
 dead-letter queue are not disturbed. Moving a letter back publishes it to its destination with
-``Nats-Msg-Id: redrive:<dlq id>:<seq>`` and only then deletes it from the dead-letter queue, so
+a ``Nats-Msg-Id`` that is a MAC of the dead-letter queue's id and the letter's sequence
+(auth/provenance.py: no app can guess it to pre-empt the copy) and only then deletes it from the dead-letter queue, so
 a redrive interrupted anywhere and run again duplicates nothing (within the destination's
 dedupe window) and loses nothing. The moved message is new: its receive count starts again.
 """
@@ -24,10 +25,12 @@ import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
 
+from .auth.provenance import Provenance
 from .auth.users import stream_name
 from .broker.config import jsapi_prefix, send_subject
 from .broker.connection import REQUEST_TIMEOUT, RETRY_WINDOW, delete_message, retry_unavailable
-from .controller.deadletters import (
+from .controller.deadletters import clean_headers
+from .envelope import (
     DEAD_LETTERED_AT,
     FIRST_ENQUEUED,
     LAST_ERROR,
@@ -35,7 +38,6 @@ from .controller.deadletters import (
     SOURCE_PROJECT,
     SOURCE_QUEUE,
     SOURCE_SEQUENCE,
-    clean_headers,
 )
 from .errors import BrokerUnavailable, EnclaveError, NotFound, SpecError, publish_refused
 from .spec import subject_for
@@ -68,6 +70,11 @@ class Letter:
     @property
     def last_error(self) -> str:
         return self.headers.get(LAST_ERROR, "")
+
+    def vouched(self, provenance: Provenance, queue_id: str) -> Letter:
+        """This letter as read from queue ``queue_id``: its dead-letter headers kept only if the
+        control plane wrote them (auth/provenance.py)."""
+        return Letter(self.sequence, self.data, provenance.vouched(queue_id, self.headers, self.data), self.stored_at)
 
     def view(self) -> dict[str, Any]:
         h = self.headers
@@ -122,8 +129,9 @@ class RedriveTask:
 
 
 class DeadLetterOps:
-    def __init__(self, service: QueueService) -> None:
+    def __init__(self, service: QueueService, provenance: Provenance) -> None:
         self.service = service
+        self.provenance = provenance
         self.tasks: dict[str, RedriveTask] = {}
 
     @property
@@ -134,11 +142,11 @@ class DeadLetterOps:
 
     async def read(self, record: QueueRecord, after: int, limit: int) -> list[Letter]:
         """Up to ``limit`` messages of ``record``'s queue subject with a sequence above ``after``,
-        oldest first (``direct_batch``)."""
+        oldest first (``direct_batch``), their dead-letter headers vouched for (``Letter.vouched``)."""
         request = {"seq": after + 1, "next_by_subj": subject_for(record.spec.project, record.spec.name), "batch": limit}
         letters, _ = await direct_batch(self.conn.control, f"{jsapi_prefix(record.id)}.DIRECT.GET.{stream_name(record.id)}",
                                         request, f"the messages of queue '{record.spec.name}'")
-        return letters
+        return [letter.vouched(self.provenance, record.id) for letter in letters]
 
     async def list(self, project: str, name: str, limit: int = 50, after: int = 0) -> dict[str, Any]:
         """A page of a queue's letters (its messages, read without leasing them)."""
@@ -163,9 +171,10 @@ class DeadLetterOps:
     async def _destination(self, record: QueueRecord, letter: Letter, to: Optional[str]) -> QueueRecord:
         name = to or letter.headers.get(SOURCE_QUEUE)
         if not name:
-            raise SpecError(f"Message {letter.sequence} of queue '{record.spec.name}' names no source queue; "
-                            "give a destination.", errors=[{"field": "to", "message": "is required for this message"}])
-        return await self.service.live(record.spec.project, name)
+            raise SpecError(f"Message {letter.sequence} of queue '{record.spec.name}' was not dead-lettered by Enclave, "
+                            "so it names no source queue; give a destination.",
+                            errors=[{"field": "to", "message": "is required for this message"}])
+        return await self.service.live(record.spec.project, name)  # a dead-letter queue serves its own project
 
     async def _move_back(self, record: QueueRecord, letter: Letter, dest: QueueRecord) -> int:
         """Publish ``letter`` to ``dest`` (deduplicated), then delete it from ``record``'s stream."""
@@ -175,14 +184,14 @@ class DeadLetterOps:
 
     async def _publish_back(self, record: QueueRecord, letter: Letter, dest: QueueRecord) -> int:
         """Publish ``letter`` to ``dest``; a repeat within the dedupe window stores nothing new."""
-        headers = {**clean_headers(letter.headers), "Nats-Msg-Id": f"redrive:{record.id}:{letter.sequence}"}
+        headers = {**clean_headers(letter.headers), "Nats-Msg-Id": self.provenance.redrive_id(record.id, letter.sequence)}
         subject = send_subject(dest.id, subject_for(dest.spec.project, dest.spec.name))
         reply = await retry_unavailable(
             lambda: self.conn.control.request(subject, letter.data, timeout=5, headers=headers))
         ack = json.loads(reply.data)
         if "error" in ack:
             raise publish_refused(ack["error"], f"'{dest.spec.name}' in project '{dest.spec.project}'",
-                                  dest.spec.max_messages)
+                                  dest.spec.max_messages, dest.spec.max_bytes)
         return int(ack["seq"])
 
     async def retry(self, project: str, name: str, seq: int) -> dict[str, Any]:

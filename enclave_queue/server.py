@@ -1,6 +1,8 @@
 """``enclave up``: the whole product in one asyncio process.
 
-Start order: the data dir and master key; the broker (from the last good configuration); the
+Start order: the data dir's lock (one ``enclave up`` per data dir; a second one stops there,
+having touched nothing); a broker a killed predecessor left running is stopped; a check that the
+ports are free; the master key; the broker (from the last good configuration); the
 control plane's connections; the state store; the accounts and their configuration; the admin
 token (first start only); the dead-letter mover, nak counter, reconciler and depth sampler; then
 the HTTP API on 127.0.0.1. ``Runtime.stop`` undoes it in reverse, the broker last, so nothing is
@@ -11,16 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import json
 import logging
 import os
 import signal
 import socket
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 import uvicorn
 
+from .auth.provenance import Provenance
 from .auth.secrets import MasterKey, write_private
 from .auth.tokens import generate_token, token_digest
 from .broker.config import BrokerConfig
@@ -33,7 +39,7 @@ from .controller.desk import Desk
 from .controller.naks import NakCounter
 from .controller.reconciler import Reconciler
 from .controller.sampler import Sampler
-from .errors import Conflict
+from .errors import BrokerUnavailable, Conflict, EnclaveError
 from .metrics import ControlMetrics
 from .service import QueueService
 from .settings import ADMIN_TOKEN_FILE, RUNTIME_FILE, EnclaveSettings
@@ -41,6 +47,93 @@ from .state.kv import Store
 from .state.records import TokenRecord
 
 log = logging.getLogger("enclave")
+
+LOCK_FILE = "enclave.lock"  #: in ENCLAVE_HOME: flock-ed by the running `enclave up`, holds its PID
+
+
+class AlreadyRunning(Conflict):
+    """Another ``enclave up`` holds the data dir's lock."""
+
+
+class PortInUse(Conflict):
+    """A port ``enclave up`` is to listen on is taken."""
+
+
+class DataDirLock:
+    """An exclusive ``flock`` on ``ENCLAVE_HOME/enclave.lock``, held for the life of the process;
+    the OS drops it when the process dies, even by kill -9. While it is free, nobody runs on the
+    data dir: anything recorded there as running (a broker's PID) was left by a dead process."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.path = home / LOCK_FILE
+        self._fd: Optional[int] = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise AlreadyRunning naming the holder. Writes nothing unless taken."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise EnclaveError(f"cannot open the data dir's lock file {self.path}: {exc.strerror or exc}.") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise AlreadyRunning(self._holder()) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor drops the flock
+            self._fd = None
+
+    def _holder(self) -> str:
+        """The sentence for a lock held by another process: its PID and API URL, when known."""
+        try:
+            pid: Optional[int] = int(self.path.read_text())
+        except (OSError, ValueError):
+            pid = None  # the holder has not written its PID yet
+        url = None
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            data = json.loads((self.home / RUNTIME_FILE).read_text())
+            if pid is None or data.get("pid") == pid:
+                url, pid = data.get("api_url"), data.get("pid")
+        if pid is None:
+            return f"Enclave is already running on {self.home}."
+        if not url:
+            return f"Enclave is already running on {self.home} (pid {pid}); it is still starting."
+        return f"Enclave is already running on {self.home} at {url} (pid {pid})."
+
+
+def _bind(sock: socket.socket, host: str, port: int, setting: str, option: str) -> None:
+    """``sock.bind((host, port))``, with an error naming the port and the setting if it fails."""
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(f"port {host}:{port} is already in use ({setting}); stop what listens there, or "
+                            f"choose another port with {setting} or {option} (0 = any free port).") from None
+        raise EnclaveError(f"cannot listen on {host}:{port} ({setting}): {exc.strerror or exc}.") from None
+
+
+def check_ports(settings: EnclaveSettings) -> None:
+    """Raise PortInUse if a port to listen on is taken now, before anything is started (the bind
+    itself, later, says the same if it was taken in between)."""
+    for host, port, setting, option in ((settings.api_host, settings.api_port, "ENCLAVE_API_PORT", "--api-port"),
+                                        (settings.broker_host, settings.broker_port, "ENCLAVE_BROKER_PORT", "--broker-port")):
+        if port:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the listeners do
+                _bind(probe, host, port, setting, option)
 
 
 class _Uvicorn(uvicorn.Server):
@@ -74,6 +167,7 @@ class Runtime:
         self._http_task: Optional[asyncio.Task[None]] = None
         self._tokens: dict[str, str] = {}
         self.sessions = Sessions()
+        self._lock = DataDirLock(settings.home)
 
     @property
     def broker_url(self) -> str:
@@ -83,19 +177,28 @@ class Runtime:
 
     async def start(self) -> None:
         s = self.settings
-        s.home.mkdir(parents=True, exist_ok=True)
+        s.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock.acquire()  # before anything else touches the data dir
         os.chmod(s.home, 0o700)
+        with contextlib.suppress(OSError):
+            (s.home / RUNTIME_FILE).unlink()  # a dead process's: the lock was free
+        port = s.broker_port or free_port(s.broker_host)
+        self.supervisor = Supervisor(s.broker_dir / "nats.conf", s.broker_host, port, log_path=s.log_dir / "nats-server.out")
+        await self.supervisor.stop_stale()  # before the port check: it may hold the broker port
+        check_ports(s)
         s.log_dir.mkdir(exist_ok=True)
         self.master = MasterKey.load_or_create(s.home, s.master_key)
-        port = s.broker_port or free_port(s.broker_host)
         base = BrokerConfig(
             host=s.broker_host, port=port, store_dir=s.broker_dir, log_file=s.log_dir / "nats-server.log",
             sync=s.sync, system_nkey=self.master.nkey("system").public,
-            control_nkey=self.master.nkey("control").public,
+            control_nkey=self.master.nkey("control").public, max_file_store=s.file_store,
         )
-        self.supervisor = Supervisor(s.broker_dir / "nats.conf", s.broker_host, port, log_path=s.log_dir / "nats-server.out")
         self.accounts = Accounts(base, self.supervisor, self.master, s.account_pool, metrics=self.metrics)
-        await self.accounts.start_broker()
+        try:
+            await self.accounts.start_broker()
+        except BrokerUnavailable:
+            check_ports(s)  # a port taken since the check is the likely cause: name it
+            raise
         self.conn = await BrokerConnection.connect(
             f"nats://127.0.0.1:{port}" if s.broker_host in ("0.0.0.0", "") else self.supervisor.url,
             self.master.nkey("system"), self.master.nkey("control"),
@@ -104,7 +207,7 @@ class Runtime:
         self.store = await Store.open(self.conn.js)
         await self.accounts.attach(self.store, self.conn)
         await self._ensure_admin_token()
-        self.dead_letters = DeadLetters(self.store, self.conn, s.sweep_seconds)
+        self.dead_letters = DeadLetters(self.store, self.conn, s.sweep_seconds, Provenance.from_master(self.master))
         await self.dead_letters.start()
         self.naks = NakCounter(self.store, self.conn)
         await self.naks.start()
@@ -178,13 +281,19 @@ class Runtime:
         # listening socket says TCP, and without it every keep-alive response waits ~40 ms (Nagle)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((s.api_host, s.api_port))
+        try:
+            _bind(sock, s.api_host, s.api_port, "ENCLAVE_API_PORT", "--api-port")
+        except BaseException:
+            sock.close()
+            raise
         sock.set_inheritable(True)
         host, port = sock.getsockname()[:2]
         shown = "127.0.0.1" if host == "0.0.0.0" else host
         self.api_url = f"http://{shown}:{port}"
+        # proxy_headers off: uvicorn would otherwise take the client address and scheme from
+        # X-Forwarded-* sent by any local client; the console trusts only ENCLAVE_TRUSTED_PROXIES
         config = uvicorn.Config(create_app(self), log_config=None, access_log=False, lifespan="off",
-                                log_level=s.log_level, timeout_graceful_shutdown=5)
+                                log_level=s.log_level, timeout_graceful_shutdown=5, proxy_headers=False)
         self._http = _Uvicorn(config)
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]), name="http")
         while not self._http.started:
@@ -193,7 +302,16 @@ class Runtime:
             await asyncio.sleep(0.01)
 
     async def stop(self) -> None:
-        """Stop everything this runtime started, the broker last."""
+        """Stop everything this runtime started, the broker last, then release the data dir.
+        A runtime that did not get the lock started nothing and touches nothing."""
+        if not self._lock.held:
+            return
+        try:
+            await self._stop_started()
+        finally:
+            self._lock.release()
+
+    async def _stop_started(self) -> None:
         self.ready = False
         with contextlib.suppress(OSError):
             (self.settings.home / RUNTIME_FILE).unlink()

@@ -22,6 +22,7 @@ import nats.errors
 import nats.js.errors
 from nats.nuid import NUID
 
+from .auth.provenance import Provenance
 from .auth.secrets import MasterKey, SealError
 from .auth.users import CONSUMER, LANES, inbox_prefix, lane_consumer, stream_name, username
 from .broker.config import notes_subject, send_subject
@@ -93,7 +94,7 @@ class QueueService:
                  status_changed: Optional[Callable[[str, float], Awaitable[None]]] = None) -> None:
         self.store = store
         self.status_changed = status_changed
-        self.dead_letters = DeadLetterOps(self)
+        self.dead_letters = DeadLetterOps(self, Provenance.from_master(master))
         self.contents = QueueContents(self)
         self.conn = conn
         self.accounts = accounts
@@ -145,12 +146,13 @@ class QueueService:
             raise SpecError(f"dead_letter_queue {message}.", errors=[{"field": "dead_letter_queue", "message": message}])
 
     async def create(self, spec: QueueSpec) -> Queue:
-        """Declare a queue. Conflict if the name is taken; SpecError if the DLQ does not exist."""
+        """Declare a queue. Conflict if the name is taken; SpecError if the DLQ does not exist;
+        StorageFull if its max_bytes does not fit in the broker's store."""
         existing = await self.store.queues.get(spec.key)
         if existing is not None:
             raise self._taken(spec.project, spec.name, existing[0])
         await self._check_dead_letter_queue(spec)
-        account = await self.accounts.claim(spec.key)
+        account = await self.accounts.claim(spec.key, spec.max_bytes)
         record = QueueRecord(id=account.id, spec=spec)
         try:
             await self.store.queues.create(spec.key, record)
@@ -177,6 +179,8 @@ class QueueService:
                 return self.view(record)
             if spec.dead_letter_queue != record.spec.dead_letter_queue:
                 await self._check_dead_letter_queue(spec)
+            if spec.max_bytes > record.spec.max_bytes:  # refused now, not found Errored later
+                self.accounts.check_room(spec.max_bytes, record.id, f"Queue '{name}'")
             changed = record.model_copy(update={"spec": spec, "generation": record.generation + 1})
             try:
                 await self.store.queues.update(record.key, changed, revision)
@@ -366,7 +370,7 @@ class QueueService:
         else:
             ack = await self._publish(record, subject, body, headers)
         if "error" in ack:
-            raise publish_refused(ack["error"], f"'{name}' in project '{project}'", record.spec.max_messages)
+            raise publish_refused(ack["error"], f"'{name}' in project '{project}'", record.spec.max_messages, record.spec.max_bytes)
         sent = {"sequence": ack["seq"], "duplicate": bool(ack.get("duplicate"))}
         return {**sent, "delayed_until": rfc3339(due)} if due else sent
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,6 +28,42 @@ MASTER_KEY_FILE = "master.key"
 RUNTIME_FILE = "enclave.json"  #: URLs and PID of the running `enclave up`, removed when it stops
 
 MIN_METRICS_TOKEN = 16  #: characters; a metrics token is a secret too
+
+#: share of the data dir's filesystem the broker's store may take unless ENCLAVE_MAX_FILE_STORE says
+STORE_SHARE = 0.8
+MIN_FILE_STORE = 512 << 20  #: bytes; the control state's reservation (464 MiB) fits with room for a queue
+SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+              "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+SIZE_RULE = "a size in bytes, optionally with a unit (K, M, G, T: powers of 1024), such as 20G"
+
+
+def parse_size(name: str, raw: str) -> int:
+    """A size such as ``20G`` or ``512MiB`` in bytes; SpecError naming ``name`` otherwise."""
+    text = raw.strip().lower()
+    digits = text.rstrip("kmgtib")
+    unit = text[len(digits):]
+    if not digits.isdigit() or unit not in SIZE_UNITS:
+        raise SpecError(f"{name} must be {SIZE_RULE} (got {raw!r}).")
+    return int(digits) * SIZE_UNITS[unit]
+
+
+def default_file_store(home: Path) -> int:
+    """STORE_SHARE of the size of the filesystem ``home`` is on (its total, not what is free now:
+    queues reserve their max_bytes out of this, so it must not shrink as the disk fills)."""
+    probe = home
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return max(int(shutil.disk_usage(probe).total * STORE_SHARE), MIN_FILE_STORE)
+
+
+def _file_store(env: Mapping[str, str]) -> int:
+    raw = env.get("ENCLAVE_MAX_FILE_STORE")
+    if not raw:
+        return 0
+    size = parse_size("ENCLAVE_MAX_FILE_STORE", raw)
+    if size < MIN_FILE_STORE:
+        raise SpecError(f"ENCLAVE_MAX_FILE_STORE must be at least {MIN_FILE_STORE >> 20}MiB (got {raw!r}).")
+    return size
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
@@ -85,6 +122,10 @@ class EnclaveSettings:
     sample_seconds: float = 60.0  #: seconds between depth samples of every queue
     metrics_token: str | None = field(default=None, repr=False)  #: a bearer token good for /metrics only
     log_level: str = "info"
+    #: bytes of disk the broker's JetStream store may hold: the control state's reservation plus
+    #: every queue's max_bytes must fit (a create that does not is refused with StorageFull);
+    #: 0 = STORE_SHARE of the data dir's filesystem (``file_store``)
+    max_file_store: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> EnclaveSettings:
@@ -107,8 +148,14 @@ class EnclaveSettings:
             sample_seconds=_float(env, "ENCLAVE_SAMPLE_SECONDS", 60.0, 0.2, 86400.0),
             metrics_token=_metrics_token(env),
             log_level=(env.get("ENCLAVE_LOG_LEVEL") or "info").lower(),
+            max_file_store=_file_store(env),
         )
         return replace(settings, **overrides) if overrides else settings  # type: ignore[arg-type]
+
+    @property
+    def file_store(self) -> int:
+        """``max_file_store``, or the default for the data dir's filesystem."""
+        return self.max_file_store or default_file_store(self.home)
 
     @property
     def broker_dir(self) -> Path:

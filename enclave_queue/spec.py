@@ -8,6 +8,7 @@ An invalid spec is refused when submitted with a sentence naming the field and i
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
@@ -23,11 +24,46 @@ ProjectName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,39}$"
 
 DEFAULT_PROJECT = "default"
 
+#: the parts of an API path that are not names of the spec: what each must look like, shared by
+#: the client that builds paths (admin.py) and the server that checks them (api/paths.py)
+MAX_SEQUENCE = 2**63 - 1  #: the largest stream sequence (a signed 64-bit integer)
+MAX_RECEIPT = 4096  #: characters of a receipt handle (a sealed reply subject: about 300 today)
+MAX_SHOWN = 64  #: characters of a refused value repeated in an error; longer ones are cut
+SECRET_PATTERN = re.compile(r"[a-z][a-z0-9-]{2,48}")
+SECRET_RULE = "3–49 lowercase letters, digits or hyphens, starting with a letter (a queue's password is '<queue>-password')"
+REDRIVE_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+REDRIVE_RULE = "1–64 letters, digits, '-' or '_'"
+RECEIPT_PATTERN = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_RECEIPT}}}")  #: URL-safe base64 without padding (auth/secrets.py)
+RECEIPT_RULE = f"1–{MAX_RECEIPT} characters of URL-safe base64 (A–Z, a–z, 0–9, '-', '_'), as 'receive' gave it"
+SEQUENCE_RULE = f"an integer from 1 to {MAX_SEQUENCE}"
+
+
+def full_pattern(annotated: Any) -> re.Pattern[str]:
+    """The pattern of one of the constrained name types above, for ``re.fullmatch`` (``re.match``
+    with ``$`` would let a trailing newline through)."""
+    for meta in getattr(annotated, "__metadata__", ()):
+        if isinstance(meta, StringConstraints) and meta.pattern:
+            return re.compile(str(meta.pattern).removeprefix("^").removesuffix("$"))
+    raise TypeError(f"{annotated!r} carries no pattern")
+
+
+PROJECT_PATTERN = full_pattern(ProjectName)
+QUEUE_NAME_PATTERN = full_pattern(QueueName)
+
+
+def shown(value: Any) -> str:
+    """A refused value quoted for a sentence: control characters escaped, a long one cut."""
+    if isinstance(value, str) and len(value) > MAX_SHOWN:
+        return f"{value[:40]!r}… ({len(value)} characters)"
+    return repr(value)
+
 #: (minimum, default, maximum) of each numeric setting, the one table the fields are built from
 LIMITS: dict[str, tuple[int, int, int]] = {
     "dedupe_window_seconds": (1, 3600, 86400),  # how long a dedupe key is remembered; ≤ retention
     "max_message_bytes": (1024, 262144, 1048576),
     "max_messages": (0, 0, 10_000_000),  # 0 = no limit; a full queue refuses new messages
+    # bytes the queue may store (waiting, in flight, delayed); the default follows max_message_bytes
+    "max_bytes": (1 << 20, 64 << 20, 1 << 40),
     "max_receives": (0, 0, 1000),  # 0 = no limit
     "retention_hours": (1, 96, 336),
     "visibility_timeout_seconds": (1, 30, 43200),
@@ -44,6 +80,20 @@ Backoff = Annotated[tuple[BackoffStep, ...], Field(min_length=1, max_length=MAX_
 #: largest size still fits with its own headers, and so does its dead letter (the mover adds
 #: about 400 bytes of headers and up to 1 KiB of error text)
 HEADER_ROOM = 4096
+
+#: the default ``max_bytes``: room for MAX_BYTES_FACTOR messages of the largest size, within these bounds
+MAX_BYTES_FACTOR = 256
+MAX_BYTES_DEFAULT_RANGE = (16 << 20, 1 << 30)
+
+
+def default_max_bytes(max_message_bytes: Any) -> int:
+    """The storage limit a queue gets unless it names one: 256 messages of its largest size
+    (64 MiB at the default 256 KiB), at least 16 MiB and at most 1 GiB."""
+    size = max_message_bytes if isinstance(max_message_bytes, int) and not isinstance(max_message_bytes, bool) \
+        else LIMITS["max_message_bytes"][1]
+    low, high = MAX_BYTES_DEFAULT_RANGE
+    return min(max(size * MAX_BYTES_FACTOR, low), high)
+
 
 #: why a queue without a message limit cannot get one later: it takes delayed messages
 LIMIT_RULE = ("a queue without max_messages takes delayed messages (JetStream message schedules), which a "
@@ -138,9 +188,24 @@ class QueueSpec(BaseModel):
     retry_backoff_seconds: Optional[Backoff] = None
     #: messages may carry a priority (0–9, higher taken first): one consumer a level (a lane)
     priorities: bool = False
+    #: bytes the queue may store; a full queue refuses new messages (QueueFull). Reserved out of
+    #: the broker's store, so no queue can take the room of another or of the control state
+    max_bytes: int = _bounded("max_bytes")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "max_bytes" not in data:
+            data = {**data, "max_bytes": default_max_bytes(data.get("max_message_bytes", LIMITS["max_message_bytes"][1]))}
+        return data
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> QueueSpec:
+        if self.max_bytes < self.max_message_bytes + HEADER_ROOM:
+            raise ValueError(
+                f"max_bytes ({self.max_bytes}) must hold at least one message of max_message_bytes "
+                f"({self.max_message_bytes}) with its headers: {self.max_message_bytes + HEADER_ROOM} bytes or more"
+            )
         if self.dead_letter_queue == self.name:
             raise ValueError("dead_letter_queue must name another queue, not the queue itself")
         if self.dedupe_window_seconds > self.retention_hours * 3600:
@@ -185,6 +250,7 @@ class QueuePatch(BaseModel):
     dedupe_window_seconds: Optional[int] = _bounded("dedupe_window_seconds", default=False)
     retry_backoff_seconds: Optional[Backoff] = None
     priorities: Optional[bool] = None
+    max_bytes: Optional[int] = _bounded("max_bytes", default=False)
 
     def apply(self, spec: QueueSpec) -> QueueSpec:
         """Return ``spec`` with this patch applied; raises SpecError if the result is invalid."""
@@ -219,6 +285,7 @@ class Queue(BaseModel):
     dedupe_window_seconds: int
     retry_backoff_seconds: Optional[list[int]]
     priorities: bool
+    max_bytes: int
     username: str
     password_secret: str
     subject: str

@@ -73,14 +73,15 @@ class NatsServer:
     @classmethod
     def start(cls, store_dir: Path, config: str = "") -> NatsServer:
         """Start one; ``config`` is extra configuration text appended to the defaults."""
-        from .broker.supervisor import free_port, nats_server_binary
+        from .broker.supervisor import child_env, free_port, nats_server_binary
 
         store_dir.mkdir(parents=True, exist_ok=True)
         port = free_port()
         conf = store_dir / "nats.conf"
         conf.write_text(f'listen: "127.0.0.1:{port}"\njetstream {{ store_dir: "{store_dir / "js"}" }}\n{config}\n')
         log = open(store_dir / "nats-server.log", "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen([str(nats_server_binary()), "-c", str(conf)], stdout=log, stderr=log)
+        proc = subprocess.Popen([str(nats_server_binary()), "-c", str(conf)], stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, env=child_env())
         log.close()
         server = cls(store_dir, port, proc)
         server._wait_ready()

@@ -32,6 +32,7 @@ QUEUE_SCHEMA = Schema(version=0, description="An existing queue's settings and o
     Attribute("dead_letter_queue", String(), computed=True),
     Attribute("max_message_bytes", Number(), computed=True),
     Attribute("max_messages", Number(), computed=True),
+    Attribute("max_bytes", Number(), computed=True),
     Attribute("dedupe_window_seconds", Number(), computed=True),
     Attribute("max_receives", Number(), computed=True),
     Attribute("retention_hours", Number(), computed=True),

@@ -31,6 +31,7 @@ from enclave_queue.spec import (
     ProjectName,
     QueueName,
     QueueSpec,
+    default_max_bytes,
     rule,
 )
 
@@ -171,6 +172,8 @@ def plan(prior: Optional[Mapping[str, Any]], config: Mapping[str, Any], proposed
     for field, default in defaults.items():
         if config.get(field) is None:
             planned[field] = default
+    if config.get("max_bytes") is None and known(planned.get("max_message_bytes")):
+        planned["max_bytes"] = default_max_bytes(whole(planned["max_message_bytes"]))  # follows the message size
     if config.get("project") is None:
         planned["project"] = project
     if prior is None:

@@ -56,6 +56,10 @@ SCHEMA = Schema(version=0, description="A queue of Enclave Queues: a JetStream s
     Attribute("max_messages", Number(), optional=True, computed=True,
               description=f"Messages the queue holds at most (waiting, in flight and dead); a full queue refuses "
                           f"new ones; 0 = no limit ({_range('max_messages')})."),
+    Attribute("max_bytes", Number(), optional=True, computed=True,
+              description="Bytes the queue stores at most; a full queue refuses new messages. Reserved out of the "
+                          "broker's store (1048576–1099511627776; default 256 messages of max_message_bytes, "
+                          "16 MiB–1 GiB)."),
     Attribute("dedupe_window_seconds", Number(), optional=True, computed=True,
               description=f"Seconds a dedupe key (Nats-Msg-Id) is remembered; at most retention_hours × 3600 "
                           f"({_range('dedupe_window_seconds')})."),

@@ -1,7 +1,8 @@
-"""The FastAPI application: the routes, the token check, and errors as JSON problems.
+"""The FastAPI application: the routes, the request guard, and errors as JSON problems.
 
 ``create_app(runtime)`` takes the running control plane (see server.py); the API is stateless
-beyond it.
+beyond it. In front of every route: the request guard (guard.py: the token, then the body
+limit, before any body is read); on every route: its path parameters checked (paths.py).
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ from fastapi import Depends, FastAPI
 from .. import console
 from . import problems
 from .auth import require_token
+from .guard import RequestGuard
+from .paths import check_path, uncovered
 from .routes import deadletters, health, messages, metrics, queues, secrets
 
 
 def create_app(runtime: Any) -> FastAPI:
-    app = FastAPI(title="Enclave Queues", version="1", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="Enclave Queues", version="1", docs_url=None, redoc_url=None, openapi_url=None,
+                  dependencies=[Depends(check_path)])
     app.state.runtime = runtime
     problems.install(app)
+    app.add_middleware(RequestGuard)
     app.include_router(health.router)
     guarded = [Depends(require_token)]
     app.include_router(queues.router, dependencies=guarded)
@@ -29,4 +34,7 @@ def create_app(runtime: Any) -> FastAPI:
     app.include_router(metrics.history, dependencies=guarded)
     app.include_router(metrics.router)  # its own check: an API token or the metrics token
     console.install(app)
+    missing = uncovered(app.routes)
+    if missing:
+        raise RuntimeError(f"path parameters without a rule in api/paths.py: {', '.join(missing)}")
     return app

@@ -26,6 +26,12 @@ def problem(status: int, title: str, detail: str, errors: list[dict[str, Any]] |
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
 
 
+def from_error(exc: EnclaveError) -> JSONResponse:
+    """The problem for an error of the tree (a 401 says which scheme it wants)."""
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    return problem(exc.status, exc.title, exc.message, exc.errors, headers)
+
+
 def wants_page(request: Request) -> bool:
     """A console page (not the API, not /metrics) asked for by a browser."""
     path = request.url.path
@@ -39,10 +45,9 @@ def install(app: FastAPI) -> None:
             from ..console.routes import error_page
 
             return error_page(request, exc.title, exc.message, exc.status)
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
         if exc.status >= 500:
             log.warning("%s %s failed: %s", request.method, request.url.path, exc)
-        return problem(exc.status, exc.title, exc.message, exc.errors, headers)
+        return from_error(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -55,7 +60,8 @@ def install(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"There is no route {request.url.path}."
-        return problem(exc.status_code, detail if exc.status_code != 404 else "Not found", detail)
+        title = getattr(exc, "title", None) or ("Not found" if exc.status_code == 404 else detail)
+        return problem(exc.status_code, title, detail)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..auth import users
+from ..spec import LIMITS, default_max_bytes
 
 SYSTEM_ACCOUNT = "SYS"
 CONTROL_ACCOUNT = "CONTROL"
@@ -25,6 +26,23 @@ CONTROL_ACCOUNT = "CONTROL"
 PLATFORM_ACCOUNTS = frozenset({SYSTEM_ACCOUNT, CONTROL_ACCOUNT})
 
 MAX_MEMORY_STORE = 512 * 1024 * 1024  #: bytes
+
+#: bytes of the store each control-account stream may hold (its max_bytes, which JetStream
+#: reserves: no queue can take that room). The KV buckets hold little (a record a queue) and get
+#: KV_ROOM of the reservation besides
+CONTROL_STREAM_BYTES = {
+    "ENCLAVE_ADVISORIES": 16 << 20,
+    "ENCLAVE_ERRORS": 64 << 20,
+    "ENCLAVE_NOTES": 64 << 20,
+    "ENCLAVE_SAMPLES": 256 << 20,
+}
+KV_ROOM = 64 << 20
+#: bytes of the broker's store kept for the control state; queues share what is left
+CONTROL_RESERVE = sum(CONTROL_STREAM_BYTES.values()) + KV_ROOM
+#: JetStream limits of a queue account besides its max_file: its one stream (no memory streams)
+#: and its consumers (the worker and the nine priority lanes)
+QUEUE_ACCOUNT_STREAMS = 1
+QUEUE_ACCOUNT_CONSUMERS = 10
 #: bytes; above the largest max_message_bytes (1 MiB) plus headers, so an oversize message gets
 #: JetStream's clear error (10054) instead of a protocol error that closes the connection
 MAX_PAYLOAD = 2 * 1024 * 1024
@@ -38,12 +56,19 @@ MAX_PAYLOAD = 2 * 1024 * 1024
 ADVISORY_KINDS = "*"
 
 
+#: bytes an account waiting in the spare pool reserves: a queue with the default max_bytes claims it
+#: as it is, with no reload
+DEFAULT_ACCOUNT_BYTES = default_max_bytes(LIMITS["max_message_bytes"][1])
+
+
 @dataclass(frozen=True)
 class AccountEntry:
-    """One queue account: its id and the bcrypt hash of its app user's password."""
+    """One queue account: its id, the bcrypt hash of its app user's password, and the bytes of
+    JetStream storage it may use (its queue's max_bytes; JetStream reserves them)."""
 
     id: str
     password_hash: str = field(repr=False)
+    max_bytes: int = DEFAULT_ACCOUNT_BYTES
 
 
 @dataclass(frozen=True)
@@ -56,6 +81,7 @@ class BrokerConfig:
     system_nkey: str  #: public nkey of the control plane's system-account user
     control_nkey: str  #: public nkey of the control plane's control-account user
     accounts: tuple[AccountEntry, ...] = ()
+    max_file_store: int = 0  #: bytes of the JetStream store; 0 = the server's own default (tests of the render)
 
 
 def jsapi_prefix(queue_id: str) -> str:
@@ -112,7 +138,10 @@ def queue_account(entry: AccountEntry) -> dict[str, Any]:
             {"service": {"account": CONTROL_ACCOUNT, "subject": notes_subject(entry.id)},
              "to": users.NOTES_SUBJECT},
         ],
-        "jetstream": "enabled",
+        # a queue's app cannot fill the disk the control state lives on: its account may store
+        # max_bytes (reserved out of the store; a full queue refuses publishes with err_code 10002)
+        "jetstream": {"max_file": entry.max_bytes, "max_mem": 0, "max_streams": QUEUE_ACCOUNT_STREAMS,
+                      "max_consumers": QUEUE_ACCOUNT_CONSUMERS},
         "users": [
             {
                 "user": users.username(entry.id),
@@ -161,6 +190,8 @@ def build(config: BrokerConfig) -> dict[str, Any]:
     for entry in config.accounts:
         accounts[entry.id] = queue_account(entry)
     jetstream: dict[str, Any] = {"store_dir": str(config.store_dir), "max_memory_store": MAX_MEMORY_STORE}
+    if config.max_file_store:
+        jetstream["max_file_store"] = config.max_file_store
     if config.sync == "always":
         jetstream["sync_interval"] = "always"
     return {

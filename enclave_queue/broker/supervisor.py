@@ -5,6 +5,10 @@ it atomically (a bad configuration never replaces a good one), starts the server
 when it dies (from the last good configuration), and stops it by PID. Reloads are requested by
 the caller through ``$SYS.REQ.SERVER.<id>.RELOAD`` (see broker/connection.py), which answers
 once the server has applied the file (SIGHUP would give no such answer).
+
+Every child (the server and its ``-t`` checks) gets ``child_env()``: a short allow-list of this
+process's environment, so the master key and the tokens in ``ENCLAVE_*`` never reach
+``/proc/<pid>/environ`` of the broker.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Optional
 
@@ -31,6 +35,15 @@ START_TIMEOUT = 15.0  #: seconds for a started server to accept connections
 STOP_TIMEOUT = 10.0  #: seconds between SIGTERM and SIGKILL
 RESTART_BACKOFF = (0.1, 5.0)  #: seconds: first and longest wait before restarting a dead server
 PR_SET_PDEATHSIG = 1
+
+#: the environment a child may inherit: the search path, home, locale and time zone, and the Go
+#: runtime's own knobs for nats-server; nothing else (cloud credentials, tokens) leaves this process
+CHILD_ENV = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+                       "GOMEMLIMIT", "GOGC", "GOMAXPROCS", "GODEBUG"})
+CHILD_ENV_PREFIXES = ("LC_",)
+#: never inherited, even under an allowed name: ours, and anything that looks like a secret
+SECRET_PREFIXES = ("ENCLAVE_",)
+SECRET_WORDS = ("TOKEN", "KEY", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
 
 
 class BrokerConfigError(EnclaveError):
@@ -55,6 +68,21 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def child_env(env: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """The environment for a child process: the allowed names of ``env`` (default: this
+    process's), never one named ``ENCLAVE_*`` or containing TOKEN, KEY, PASSWORD, SECRET (or
+    another of SECRET_WORDS). Every process this package starts gets it."""
+    env = os.environ if env is None else env
+    return {name: value for name, value in env.items() if _may_inherit(name)}
+
+
+def _may_inherit(name: str) -> bool:
+    upper = name.upper()
+    if upper.startswith(SECRET_PREFIXES) or any(word in upper for word in SECRET_WORDS):
+        return False
+    return name in CHILD_ENV or name.startswith(CHILD_ENV_PREFIXES)
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """Ask Linux to SIGTERM the broker if the control process dies (even by kill -9)."""
     with contextlib.suppress(Exception):
@@ -66,7 +94,7 @@ class Supervisor:
 
     def __init__(self, config_path: Path, host: str, port: int, *, binary: Optional[Path] = None,
                  log_path: Optional[Path] = None) -> None:
-        self.config_path = config_path
+        self.config_path = config_path.absolute()  #: absolute: a stale server is known by it
         self.host = host
         self.port = port
         self.binary = binary or nats_server_binary()
@@ -76,7 +104,7 @@ class Supervisor:
         self._proc: Optional[asyncio.subprocess.Process] = None
         self._watch: Optional[asyncio.Task[None]] = None
         self._stopping = False
-        self._pid_file = config_path.with_name("nats-server.pid")
+        self._pid_file = self.config_path.with_name("nats-server.pid")
 
     @property
     def pid(self) -> Optional[int]:
@@ -90,7 +118,8 @@ class Supervisor:
         """Raise BrokerConfigError unless nats-server accepts the configuration at ``path``."""
         proc = await asyncio.create_subprocess_exec(
             str(self.binary), "-t", "-c", str(path),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env=child_env(),
         )
         out, _ = await proc.communicate()
         if proc.returncode != 0:
@@ -120,7 +149,6 @@ class Supervisor:
         """Write ``text`` (if given), start nats-server and wait until it accepts connections."""
         if text is not None:
             await self.write_config(text)
-        self._kill_stale()
         self._stopping = False
         await self._spawn()
         self._watch = asyncio.create_task(self._watch_loop(), name="broker-watch")
@@ -131,7 +159,7 @@ class Supervisor:
             self._proc = await asyncio.create_subprocess_exec(
                 str(self.binary), "-c", str(self.config_path),
                 stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
-                preexec_fn=_die_with_parent,
+                env=child_env(), preexec_fn=_die_with_parent,
             )
         self._pid_file.write_text(f"{self._proc.pid}\n")
         log.info("nats-server started (pid %d) on %s", self._proc.pid, self.url)
@@ -186,7 +214,9 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
         proc = self._proc
-        if proc is not None and proc.returncode is None:
+        if proc is None:  # never started: nothing to stop, and the PID file is not ours
+            return
+        if proc.returncode is None:
             proc.terminate()
             try:
                 await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
@@ -196,21 +226,47 @@ class Supervisor:
         self._pid_file.unlink(missing_ok=True)
         log.info("nats-server stopped")
 
-    def _kill_stale(self) -> None:
-        """Stop a server an earlier, killed control process left behind on this data dir."""
+    async def stop_stale(self) -> None:
+        """Stop the server recorded in the PID file if it is a nats-server running this
+        configuration: one an earlier control process left behind when it died. Call it only
+        while holding the data dir's lock (server.DataDirLock), which proves that process dead."""
         try:
             pid = int(self._pid_file.read_text())
         except (OSError, ValueError):
             return
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
+        if not self._runs_our_config(pid):
             return
-        if str(self.config_path).encode() in cmdline:
-            log.warning("stopping a nats-server left running by an earlier process (pid %d)", pid)
+        log.warning("stopping a nats-server left running by an earlier process (pid %d)", pid)
+        for sig in (signal.SIGTERM, signal.SIGCONT):  # SIGCONT: a stopped process can't act on SIGTERM
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-            for _ in range(200):
-                if not Path(f"/proc/{pid}").exists():
-                    break
-                time.sleep(0.05)
+                os.kill(pid, sig)
+        if await self._gone(pid, STOP_TIMEOUT):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        if not await self._gone(pid, 5.0):
+            raise BrokerUnavailable(f"nats-server (pid {pid}), left running by an earlier process on this "
+                                    f"data dir, does not stop; stop it and start again.")
+
+    async def _gone(self, pid: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self._runs_our_config(pid):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    def _runs_our_config(self, pid: int) -> bool:
+        """Whether ``pid`` is a live (not zombie) nats-server started with ``-c <our config>``."""
+        proc = Path(f"/proc/{pid}")
+        try:
+            state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
+            argv = [arg.decode(errors="replace") for arg in (proc / "cmdline").read_bytes().split(b"\0")]
+            cwd = os.readlink(proc / "cwd")
+        except (OSError, IndexError):
+            return False
+        if state in ("Z", "X") or not argv or Path(argv[0]).name != self.binary.name:
+            return False
+        configs = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("-c", "--config")]
+        ours = os.path.realpath(self.config_path)
+        return any(os.path.realpath(os.path.join(cwd, config)) == ours for config in configs)

@@ -54,6 +54,7 @@ from nats.nuid import NUID
 from .. import envelope
 from ..auth.users import DESK_SUBJECT, ERRORS_SUBJECT, LANES, NOTES_SUBJECT, REJECT_SUBJECT
 from ..errors import (
+    ACCOUNT_FULL,
     QUEUE_FULL,
     BrokerUnavailable,
     EnclaveError,
@@ -543,9 +544,10 @@ class Queue(Receiving, Inspecting):
                                        "nothing was put.") from None
                 if code == BATCH_INCOMPLETE:
                     raise EnclaveError(f"The broker refused the batch of {last}: {exc} Nothing was put.") from None
-                if code == QUEUE_FULL:
+                if code in (QUEUE_FULL, ACCOUNT_FULL):
+                    limit = "max_messages" if code == QUEUE_FULL else "max_bytes"
                     raise QueueFull(f"The queue on '{self.subject}' has no room for {last} more messages "
-                                    "(max_messages); none was put.") from None
+                                    f"({limit}); none was put.") from None
                 where = f"bodies[{position - 1}] was refused: " if position < last else ""
                 raise type(exc)(f"{where}{exc.message.rstrip('.')}; none of the {last} messages was put.") from None
             if position == last:

@@ -5,13 +5,14 @@ forms that declare, change or delete a queue post here (validation errors come b
 fields). What happens on a page after it loads (live counts, messages by hand, dead letters,
 credentials, the depth chart) is ``static/console.js`` calling the HTTP API with the session
 cookie and its CSRF token. The console has no powers of its own beyond the API token it was
-given at sign-in.
+given at sign-in. Path parameters are checked by the app-wide rules (api/paths.py); the cookies
+and their flags are cookies.py's, and failed sign-ins are limited per address (throttle.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
+import math
 import secrets
 from pathlib import Path
 from typing import Any, Optional
@@ -22,16 +23,18 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from ..api.paths import QUEUE_TABS, check_path_params
 from ..auth.tokens import token_digest
-from ..errors import Conflict, EnclaveError, NotFound, SpecError
+from ..errors import Conflict, EnclaveError, SpecError
 from ..service import QueueService
-from ..spec import LIMITS, MAX_PRIORITY, MIN_PRIORITY, MUTABLE, NAME_RULE, PROJECT_RULE, parse_patch, parse_spec, rule
-from .sessions import COOKIE, LIFETIME, PRE_COOKIE, Session
+from ..spec import LIMITS, MAX_PRIORITY, MIN_PRIORITY, MUTABLE, NAME_RULE, parse_patch, parse_spec, rule
+from . import cookies
+from .proxies import TrustedProxies
+from .sessions import Session, same_token
+from .throttle import FailureLimiter, address_key
 
 HERE = Path(__file__).parent
-TABS = ("settings", "messages", "dead-letters", "credentials", "metrics")
-PROJECT = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
-NAME = re.compile(r"^[a-z][a-z0-9-]{2,39}$")
+TABS = QUEUE_TABS
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.globals.update(LIMITS=LIMITS, rule=rule, NAME_RULE=NAME_RULE, TABS=TABS, MIN_PRIORITY=MIN_PRIORITY,
@@ -48,6 +51,8 @@ class CsrfRefused(Exception):
 
 
 def install(app: FastAPI) -> None:
+    app.state.proxies = TrustedProxies.from_env()  # ENCLAVE_TRUSTED_PROXIES: whose X-Forwarded-* to believe
+    app.state.sign_in_limiter = FailureLimiter()
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
@@ -71,7 +76,7 @@ def service(request: Request) -> QueueService:
 
 async def session_of(request: Request) -> Session:
     runtime = request.app.state.runtime
-    session = runtime.sessions.get(request.cookies.get(COOKIE))
+    session = runtime.sessions.get(cookies.session_id(request))
     if session is None or await runtime.token_name(session.token_digest) is None:
         raise SignInNeeded()
     return session
@@ -95,18 +100,13 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
 
 
 def error_page(request: Request, title: str, detail: str, status: int) -> HTMLResponse:
-    session = request.app.state.runtime.sessions.get(request.cookies.get(COOKIE))
+    session = request.app.state.runtime.sessions.get(cookies.session_id(request))
     return page(request, "error.html", {"title": title, "detail": detail, "session": session}, status=status)
 
 
-def check_project(project: str) -> None:
-    if not PROJECT.match(project):
-        raise NotFound(f"There is no project '{project}': a project is {PROJECT_RULE}.")
-
-
 async def frame(request: Request, session: Session, project: str, **extra: Any) -> dict[str, Any]:
-    """What every signed-in page shows: the session, the project and the project switcher."""
-    check_project(project)
+    """What every signed-in page shows: the session, the project and the project switcher (the
+    project's name follows its rule: every path is checked, api/paths.py)."""
     projects = await service(request).projects()
     if project not in projects:
         projects = sorted([*projects, project])
@@ -147,34 +147,46 @@ def safe_next(target: Optional[str]) -> str:
     return "/"
 
 
+def sign_in_form(request: Request, target: str, error: Optional[str], status: int) -> Response:
+    """The sign-in page with a fresh form token (in its cookie too)."""
+    token = secrets.token_urlsafe(24)
+    response = page(request, "sign_in.html", {"csrf": token, "next": target, "error": error}, status=status)
+    cookies.set_pre(response, request, token)
+    return response
+
+
 @router.get("/sign-in")
 async def sign_in_page(request: Request, next: str = "/") -> Response:
-    token = secrets.token_urlsafe(24)
-    response = page(request, "sign_in.html", {"csrf": token, "next": safe_next(next), "error": None})
-    response.set_cookie(PRE_COOKIE, token, max_age=600, httponly=True, samesite="strict", path="/sign-in")
-    return response
+    return sign_in_form(request, safe_next(next), None, 200)
 
 
 @router.post("/sign-in")
 async def sign_in(request: Request) -> Response:
     form = await request.form()
     target = safe_next(str(form.get("next", "/")))
-    pre = request.cookies.get(PRE_COOKIE, "")
-    if not pre or not secrets.compare_digest(pre, str(form.get("csrf", ""))):
+    if not same_token(str(form.get("csrf", "")), cookies.pre_token(request)):
         raise CsrfRefused()
+    limiter: FailureLimiter = request.app.state.sign_in_limiter
+    client = address_key(request.app.state.proxies.client_host(request.scope))
+    wait = limiter.retry_after(client)
+    if wait:  # refused without looking at the token, so guessing gains nothing
+        seconds = math.ceil(wait)
+        response = sign_in_form(request, target, f"was not checked: too many failed sign-ins from your address; "
+                                f"try again in {seconds} s", 429)
+        response.headers["Retry-After"] = str(seconds)
+        return response
     token = str(form.get("token", "")).strip()
     runtime = request.app.state.runtime
     name = await runtime.token_name(token_digest(token)) if token else None
     if name is None:
-        fresh = secrets.token_urlsafe(24)
-        message = "is required" if not token else "is not a valid API token"
-        response = page(request, "sign_in.html", {"csrf": fresh, "next": target, "error": message}, status=401)
-        response.set_cookie(PRE_COOKIE, fresh, max_age=600, httponly=True, samesite="strict", path="/sign-in")
-        return response
+        if token:
+            limiter.failed(client)
+        return sign_in_form(request, target, "is required" if not token else "is not a valid API token", 401)
+    limiter.succeeded(client)
     session = runtime.sessions.open(token_digest(token), name)
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(COOKIE, session.id, max_age=int(LIFETIME), httponly=True, samesite="strict", path="/")
-    response.delete_cookie(PRE_COOKIE, path="/sign-in")
+    cookies.set_session(response, request, session.id)
+    cookies.clear_pre(response, request)
     return response
 
 
@@ -184,7 +196,7 @@ async def sign_out(request: Request) -> Response:
     await checked_form(request, session)
     request.app.state.runtime.sessions.close(session.id)
     response = RedirectResponse("/sign-in", status_code=303)
-    response.delete_cookie(COOKIE, path="/")
+    cookies.clear_session(response, request)
     return response
 
 
@@ -201,14 +213,13 @@ async def home(request: Request) -> Response:
 async def switch_project(request: Request, project: str = "default") -> Response:
     await session_of(request)
     project = project.strip()
-    check_project(project)
+    check_path_params({"project": project})  # a query, not a path: checked by the same rule here
     return RedirectResponse(f"/projects/{project}/queues", status_code=303)
 
 
 @router.get("/projects/{project}/queues")
 async def queues_page(request: Request, project: str, deleted: Optional[str] = None) -> Response:
     session = await session_of(request)
-    check_project(project)
     context, rows = await asyncio.gather(frame(request, session, project, deleted=deleted),
                                          service(request).overview(project))
     return page(request, "queues.html", {**context, "rows": rows})
@@ -225,7 +236,6 @@ async def new_queue_page(request: Request, project: str) -> Response:
 @router.post("/projects/{project}/queues/new")
 async def create_queue(request: Request, project: str) -> Response:
     session = await session_of(request)
-    check_project(project)
     form = await checked_form(request, session)
     name = form.get("name", "").strip()
     try:
@@ -262,9 +272,7 @@ async def queue_context(request: Request, session: Session, project: str, name: 
 
 @router.get("/projects/{project}/queues/{name}/{tab}")
 async def queue_page(request: Request, project: str, name: str, tab: str, created: int = 0) -> Response:
-    session = await session_of(request)
-    if tab not in TABS:
-        raise NotFound(f"The queue page has no tab '{tab}'.")
+    session = await session_of(request)  # the tab is one of TABS: checked with the path (api/paths.py)
     context = await queue_context(request, session, project, name, tab, created=bool(created))
     return page(request, "queue.html", context)
 

@@ -29,10 +29,17 @@ import nats.js.errors
 
 from ..auth.secrets import MasterKey, SealError, generate_password, hash_password
 from ..auth.users import stream_name
-from ..broker.config import PLATFORM_ACCOUNTS, AccountEntry, BrokerConfig, render
+from ..broker.config import (
+    CONTROL_RESERVE,
+    DEFAULT_ACCOUNT_BYTES,
+    PLATFORM_ACCOUNTS,
+    AccountEntry,
+    BrokerConfig,
+    render,
+)
 from ..broker.connection import BrokerConnection
 from ..broker.supervisor import Supervisor
-from ..errors import EnclaveError
+from ..errors import EnclaveError, StorageFull
 from ..state.kv import Store
 from ..state.records import AccountRecord
 
@@ -62,10 +69,18 @@ def accounts_in_config(text: str) -> dict[str, AccountEntry]:
     for name, body in accounts.items():
         try:
             if name not in PLATFORM_ACCOUNTS:
-                entries[name] = AccountEntry(name, body["users"][0]["password"])
+                limits = body.get("jetstream")
+                max_bytes = limits.get("max_file") if isinstance(limits, dict) else None
+                entries[name] = AccountEntry(name, body["users"][0]["password"],
+                                             max_bytes if isinstance(max_bytes, int) else DEFAULT_ACCOUNT_BYTES)
         except (KeyError, IndexError, TypeError):
             continue  # not a queue account of ours: the next render drops it
     return entries
+
+
+def account_bytes(record: AccountRecord) -> int:
+    """The storage limit of an account (an older record without one has the default)."""
+    return record.max_bytes if record.max_bytes is not None else DEFAULT_ACCOUNT_BYTES
 
 
 class Accounts:
@@ -79,6 +94,7 @@ class Accounts:
         self.store: Optional[Store] = None
         self.conn: Optional[BrokerConnection] = None
         self.applied: frozenset[str] = frozenset()  #: account ids the running broker has loaded
+        self._applied_bytes: dict[str, int] = {}  #: the storage limit of each, as loaded
         self.reloads = 0
         self.reload_seconds = 0.0  #: total time spent in reloads
         self._records: dict[str, tuple[AccountRecord, int]] = {}
@@ -103,6 +119,7 @@ class Accounts:
         await self.supervisor.start(text)
         self._loaded_text = text
         self.applied = frozenset(previous)
+        self._applied_bytes = {entry.id: entry.max_bytes for entry in previous.values()}
 
     async def attach(self, store: Store, conn: BrokerConnection) -> None:
         """Load the account records, clean up what an interrupted run left behind, and bring the
@@ -127,7 +144,8 @@ class Accounts:
     # -- the broker configuration -------------------------------------------------------------
 
     def entries(self) -> tuple[AccountEntry, ...]:
-        return tuple(AccountEntry(r.id, r.password_hash) for r, _ in sorted(self._records.values(), key=lambda x: x[0].id))
+        return tuple(AccountEntry(r.id, r.password_hash, account_bytes(r))
+                     for r, _ in sorted(self._records.values(), key=lambda x: x[0].id))
 
     async def sync(self) -> None:
         """Make the running broker's configuration match the records. Coalesced: returns once a
@@ -164,6 +182,7 @@ class Accounts:
                     self.metrics.reload_seconds.observe(elapsed)
                 self._loaded_text = text
             self.applied = frozenset(e.id for e in entries)
+            self._applied_bytes = {e.id: e.max_bytes for e in entries}
             self._done = target
 
     def broker_restarted(self) -> None:
@@ -172,8 +191,43 @@ class Accounts:
             self._loaded_text = self.supervisor.config_path.read_text()
 
     async def ensure_applied(self, account_id: str) -> None:
-        if account_id not in self.applied:
+        """Return once the running broker has the account as its record says (with its limit)."""
+        record = self.get(account_id)
+        if account_id not in self.applied or (
+                record is not None and self._applied_bytes.get(account_id) != account_bytes(record)):
             await self.sync()
+
+    # -- storage reservations -------------------------------------------------------------------
+
+    def reserved(self, excluding: Optional[str] = None) -> int:
+        """Bytes of the broker's store reserved: the control state's and every account's limit."""
+        return CONTROL_RESERVE + sum(account_bytes(r) for r, _ in self._records.values() if r.id != excluding)
+
+    def check_room(self, max_bytes: int, account_id: Optional[str] = None, what: str = "The queue") -> None:
+        """StorageFull unless ``max_bytes`` fits in the store beside every other reservation
+        (``account_id``: the account whose own limit it would replace)."""
+        capacity = self.base.max_file_store
+        if not capacity:
+            return
+        taken = self.reserved(excluding=account_id)
+        if taken + max_bytes > capacity:
+            raise StorageFull(
+                f"{what} needs max_bytes {max_bytes}, but only {max(capacity - taken, 0)} bytes of the broker's store "
+                f"(ENCLAVE_MAX_FILE_STORE, {capacity} bytes) are not reserved by other queues and the control state; "
+                "lower max_bytes, delete a queue, or give the broker a larger store."
+            )
+
+    async def reserve(self, account_id: str, max_bytes: int) -> bool:
+        """Set the account's storage limit (StorageFull if it does not fit); True if it changed.
+        The broker gets it with the next ``sync``."""
+        assert self.store is not None
+        record, revision = self._records[account_id]
+        if account_bytes(record) == max_bytes:
+            return False
+        self.check_room(max_bytes, account_id)
+        changed = record.model_copy(update={"max_bytes": max_bytes})
+        self._records[account_id] = (changed, await self.store.accounts.update(account_id, changed, revision))
+        return True
 
     # -- records --------------------------------------------------------------------------------
 
@@ -204,7 +258,7 @@ class Accounts:
     def pooled(self) -> list[AccountRecord]:
         return [r for r, _ in self._records.values() if r.owner is None]
 
-    async def _new_record(self, owner: Optional[str]) -> AccountRecord:
+    async def _new_record(self, owner: Optional[str], max_bytes: Optional[int] = None) -> AccountRecord:
         assert self.store is not None
         account_id = new_account_id()
         password = generate_password()
@@ -213,23 +267,27 @@ class Accounts:
             password_hash=await asyncio.to_thread(hash_password, password),
             sealed_password=self.master.seal(password.encode(), SEAL_PURPOSE, account_id),
             owner=owner,
+            max_bytes=max_bytes,
         )
         revision = await self.store.accounts.create(account_id, record)
         self._records[account_id] = (record, revision)
         return record
 
-    async def claim(self, owner: str) -> AccountRecord:
-        """An account for the queue ``owner``: a spare one the broker already runs if there is one,
-        else a new one (whose first use then waits for a reload)."""
+    async def claim(self, owner: str, max_bytes: int = DEFAULT_ACCOUNT_BYTES) -> AccountRecord:
+        """An account for the queue ``owner`` that may store ``max_bytes``: a spare one the broker
+        already runs if there is one (with that limit, no reload), else a new one (whose first use
+        then waits for a reload). StorageFull if ``max_bytes`` does not fit in the store."""
         assert self.store is not None
         async with self._claiming:
-            spare = sorted(self.pooled(), key=lambda r: (r.id not in self.applied, r.created_at))
+            spare = sorted(self.pooled(), key=lambda r: (r.id not in self.applied or account_bytes(r) != max_bytes,
+                                                         r.created_at))
+            self.check_room(max_bytes, spare[0].id if spare else None, f"Queue '{owner.split('.', 1)[-1]}'")
             if spare:
                 record, revision = self._records[spare[0].id]
-                claimed = record.model_copy(update={"owner": owner})
+                claimed = record.model_copy(update={"owner": owner, "max_bytes": max_bytes})
                 self._records[record.id] = (claimed, await self.store.accounts.update(record.id, claimed, revision))
             else:
-                claimed = await self._new_record(owner)
+                claimed = await self._new_record(owner, max_bytes)
         self.refill()
         return claimed
 
@@ -260,11 +318,15 @@ class Accounts:
         try:
             while True:
                 while len(self.pooled()) < self.pool_size:
+                    try:
+                        self.check_room(DEFAULT_ACCOUNT_BYTES, what="A spare account")
+                    except StorageFull:
+                        break  # the store is spoken for: creates take a new account, reloading
                     await self._new_record(owner=None)
                 if all(r.id in self.applied for r in self.pooled()):
                     return
                 await self.sync()
-        except (EnclaveError, nats.errors.Error) as exc:
+        except (EnclaveError, nats.errors.Error, OSError) as exc:
             log.warning("could not refill the account pool: %s", exc)
 
     async def stop(self) -> None:

@@ -14,10 +14,11 @@ request is waiting. So there are two ways in:
   Then, if the consumer has nothing in flight, every message still in the stream at or below
   the last delivered sequence is dead and is moved directly.
 
-A move: read the message by sequence; publish it to the DLQ with ``Nats-Msg-Id:
-dlq:<queue id>:<seq>`` (a repeated move within the DLQ's dedupe window stores nothing new) and
-headers naming the source, the receive count, the first enqueue time, the last error the app
-reported and when it was dead-lettered; then delete it from the source; then count it; then
+A move: read the message by sequence; publish it to the DLQ with a ``Nats-Msg-Id`` that is a MAC
+of the queue id and the sequence (a repeated move within the DLQ's dedupe window stores nothing
+new, and no app can guess the id to pre-empt it) and headers naming the source, the receive
+count, the first enqueue time, the last error the app reported and when it was dead-lettered,
+signed with an ``Enclave-Provenance`` MAC (auth/provenance.py); then delete it from the source; then count it; then
 ack the advisory. A queue without a DLQ has the message discarded after its last receive,
 counted as discarded.
 
@@ -44,10 +45,20 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from .. import envelope
+from ..auth.provenance import Provenance
 from ..auth.users import LANES, lane_consumer, stream_name
-from ..broker.config import advisory_subject, errors_subject, jsapi_prefix, send_subject
+from ..broker.config import CONTROL_STREAM_BYTES, advisory_subject, errors_subject, jsapi_prefix, send_subject
 from ..broker.connection import BrokerConnection, delete_message, ensure_stream, retry_unavailable
-from ..envelope import one_line
+from ..envelope import (
+    DEAD_LETTERED_AT,
+    FIRST_ENQUEUED,
+    LAST_ERROR,
+    RECEIVE_COUNT,
+    SOURCE_PROJECT,
+    SOURCE_QUEUE,
+    SOURCE_SEQUENCE,
+    one_line,
+)
 from ..errors import EnclaveError, publish_refused
 from ..spec import queue_key, subject_for
 from ..state.kv import Store
@@ -62,21 +73,16 @@ ADVISORY_SUBJECTS = [advisory_subject("*", "MAX_DELIVERIES")]
 ERRORS_STREAM = "ENCLAVE_ERRORS"
 MOVER = "mover"
 KEEP_SECONDS = 14 * 24 * 3600.0  #: advisories and error notes live as long as the longest retention
+#: error notes a queue keeps (its newest; one a message): one app's failures cannot push out
+#: another queue's notes. Past it by ERRORS_SLACK, the oldest go in one purge
+ERRORS_PER_QUEUE = 1000
+ERRORS_SLACK = 100
+ERROR_NOTE_BYTES = 2048  #: bytes one stored note may take (a note is cut to 1 KiB: envelope.one_line)
 PROBE = json.dumps({"batch": 1, "no_wait": True, "max_bytes": 1}).encode()
 #: fault injection for the tests: "exit-after-dlq-publish" kills the process between the copy to
 #: the dead-letter queue and the delete from the source, as a crash would
 FAULT = os.environ.get("ENCLAVE_FAULT", "")
 
-#: headers every dead letter carries
-SOURCE_QUEUE = "Enclave-Source-Queue"
-SOURCE_PROJECT = "Enclave-Source-Project"
-SOURCE_SEQUENCE = "Enclave-Source-Sequence"
-RECEIVE_COUNT = "Enclave-Receive-Count"
-FIRST_ENQUEUED = "Enclave-First-Enqueued"
-LAST_ERROR = "Enclave-Last-Error"
-DEAD_LETTERED_AT = "Enclave-Dead-Lettered-At"
-ENCLAVE_HEADERS = (SOURCE_QUEUE, SOURCE_PROJECT, SOURCE_SEQUENCE, RECEIVE_COUNT, FIRST_ENQUEUED, LAST_ERROR,
-                   DEAD_LETTERED_AT)
 
 
 class MoveError(EnclaveError):
@@ -87,7 +93,7 @@ class MoveError(EnclaveError):
 def clean_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
     """A stored message's own headers, without the broker's (``Nats-*``) and ours."""
     return {k: v for k, v in (headers or {}).items()
-            if not k.startswith("Nats-") and k not in ENCLAVE_HEADERS and k not in envelope.SYSTEM_HEADERS
+            if not k.startswith("Nats-") and k not in envelope.DEAD_LETTER_HEADERS and k not in envelope.SYSTEM_HEADERS
             and k not in ("Status", "Description")}
 
 
@@ -99,8 +105,9 @@ def stored_at(msg: api.RawStreamMsg) -> str:
 class DeadLetters:
     """The mover, the sweep and the reject service, in the control process."""
 
-    def __init__(self, store: Store, conn: BrokerConnection, sweep_seconds: float) -> None:
+    def __init__(self, store: Store, conn: BrokerConnection, sweep_seconds: float, provenance: Provenance) -> None:
         self.store = store
+        self.provenance = provenance
         self.conn = conn
         self.sweep_seconds = sweep_seconds
         self.moved = 0
@@ -110,6 +117,10 @@ class DeadLetters:
         self._tasks: list[asyncio.Task[None]] = []
         self._sub: Any = None
         self._advisory_sub: Any = None
+        self._notes_sub: Any = None
+        self._noted: dict[str, int] = {}  #: queue id -> error notes stored since its last trim (an upper bound)
+        self._trimming: set[str] = set()
+        self._trims: set[asyncio.Task[None]] = set()
 
     # -- start and stop -------------------------------------------------------------------------
 
@@ -117,13 +128,16 @@ class DeadLetters:
         js = self.conn.js
         await ensure_stream(js, api.StreamConfig(
             name=ADVISORY_STREAM, subjects=ADVISORY_SUBJECTS, retention=api.RetentionPolicy.LIMITS,
-            storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=64 * 1024 * 1024,
+            storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=CONTROL_STREAM_BYTES[ADVISORY_STREAM],
             discard=api.DiscardPolicy.OLD, num_replicas=1,
         ))
+        # one note a message (a newer one replaces it); when the stream is full new notes are
+        # refused rather than other queues' notes pushed out, and each queue keeps its newest
+        # ERRORS_PER_QUEUE (``_trim_notes``)
         await ensure_stream(js, api.StreamConfig(
             name=ERRORS_STREAM, subjects=["errors.*.*"], retention=api.RetentionPolicy.LIMITS,
-            storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=256 * 1024 * 1024,
-            max_msgs_per_subject=1, max_msg_size=4096, discard=api.DiscardPolicy.OLD, allow_direct=True,
+            storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=CONTROL_STREAM_BYTES[ERRORS_STREAM],
+            max_msgs_per_subject=1, max_msg_size=ERROR_NOTE_BYTES, discard=api.DiscardPolicy.NEW, allow_direct=True,
             num_replicas=1,
         ))
         with contextlib.suppress(nats.js.errors.BadRequestError):  # exists already
@@ -131,19 +145,22 @@ class DeadLetters:
                 durable_name=MOVER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=30.0, max_deliver=-1,
             )))
         self._sub = await self.conn.control.subscribe("deadletter.*", queue="movers", cb=self._on_reject)
+        # every stored note, the old ones first (headers only: just counted)
+        self._notes_sub = await retry_unavailable(lambda: js.subscribe(
+            errors_subject("*"), ordered_consumer=True, headers_only=True, cb=self._on_error_note))
         self._tasks = [
             asyncio.create_task(self._advisories(), name="deadletters-advisories"),
             asyncio.create_task(self._sweeps(), name="deadletters-sweep"),
         ]
 
     async def stop(self) -> None:
-        for sub in (self._sub, self._advisory_sub):
+        for sub in (self._sub, self._advisory_sub, self._notes_sub):
             if sub is not None:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
-        for task in self._tasks:
+        for task in (*self._tasks, *self._trims):
             task.cancel()
-        for task in self._tasks:
+        for task in (*self._tasks, *self._trims):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
@@ -205,7 +222,7 @@ class DeadLetters:
             reason = error if error is not None else noted
             headers = {
                 **clean_headers(msg.headers),
-                "Nats-Msg-Id": f"dlq:{record.id}:{seq}",
+                "Nats-Msg-Id": self.provenance.move_id(record.id, seq),
                 SOURCE_QUEUE: spec.name,
                 SOURCE_PROJECT: spec.project,
                 SOURCE_SEQUENCE: str(seq),
@@ -216,13 +233,14 @@ class DeadLetters:
             }
             if reason:
                 headers[LAST_ERROR] = one_line(reason)
+            headers = self.provenance.sign(dlq.id, headers, msg.data or b"")
             subject = send_subject(dlq.id, subject_for(dlq.spec.project, dlq.spec.name))
             reply = await retry_unavailable(
                 lambda: self.conn.control.request(subject, msg.data or b"", timeout=5, headers=headers))
             ack = json.loads(reply.data)
             if "error" in ack:
                 raise publish_refused(ack["error"], f"'{dlq.spec.name}' in project '{dlq.spec.project}'",
-                                      dlq.spec.max_messages)
+                                      dlq.spec.max_messages, dlq.spec.max_bytes)
             if FAULT == "exit-after-dlq-publish":
                 os._exit(70)
             outcome = "moved"
@@ -355,8 +373,32 @@ class DeadLetters:
         with contextlib.suppress(nats.errors.Error):
             await request.respond(json.dumps(reply).encode())
 
+    # -- bounding each queue's error notes -------------------------------------------------------
+
+    async def _on_error_note(self, note: Msg) -> None:
+        """An error note is stored in ERRORS_STREAM (read here headers only, to count it): past
+        ERRORS_PER_QUEUE and some slack, trim the queue's notes to its newest."""
+        queue_id = note.subject.split(".")[1]
+        count = self._noted[queue_id] = self._noted.get(queue_id, 0) + 1
+        if count > ERRORS_PER_QUEUE + ERRORS_SLACK and queue_id not in self._trimming:
+            self._trimming.add(queue_id)
+            task = asyncio.create_task(self._trim_notes(queue_id))
+            self._trims.add(task)
+            task.add_done_callback(self._trims.discard)
+
+    async def _trim_notes(self, queue_id: str) -> None:
+        try:
+            await retry_unavailable(lambda: self.conn.js.purge_stream(
+                ERRORS_STREAM, subject=errors_subject(queue_id), keep=ERRORS_PER_QUEUE))
+            self._noted[queue_id] = ERRORS_PER_QUEUE
+        except (nats.errors.Error, nats.js.errors.Error, EnclaveError) as exc:
+            log.warning("error notes of queue %s not trimmed: %s", queue_id, exc)
+        finally:
+            self._trimming.discard(queue_id)
+
     async def forget(self, queue_id: str) -> None:
         """A queue was deleted: drop its error notes."""
+        self._noted.pop(queue_id, None)
         self._ids.pop(queue_id, None)
         self._locks.pop(queue_id, None)
         with contextlib.suppress(nats.js.errors.NotFoundError, nats.errors.Error):

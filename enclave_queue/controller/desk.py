@@ -40,14 +40,14 @@ from nats.js import api
 
 from .. import envelope
 from ..auth.users import lane_consumer, stream_name
-from ..broker.config import errors_subject, send_subject
+from ..broker.config import CONTROL_STREAM_BYTES, errors_subject, send_subject
 from ..broker.connection import BrokerConnection, delete_message, ensure_stream, retry_unavailable
 from ..depth import read_depth
 from ..errors import EnclaveError, NotFound, SpecError, publish_refused
 from ..spec import subject_for
 from ..state.kv import Store
 from ..state.records import QueueCounters, QueueRecord
-from .deadletters import ERRORS_STREAM, SOURCE_PROJECT, SOURCE_QUEUE, DeadLetters, clean_headers
+from .deadletters import ERRORS_STREAM, DeadLetters, clean_headers
 from .naks import NakCounter
 
 if TYPE_CHECKING:
@@ -57,6 +57,8 @@ log = logging.getLogger("enclave.desk")
 
 NOTES_STREAM = "ENCLAVE_NOTES"
 NOTES_KEEP = envelope.MAX_TTL + 86400.0  #: seconds a note is kept (the longest deadline, and a day)
+NOTES_PER_QUEUE = 5000  #: notes (pending start deadlines) one queue may have stored at once
+NOTE_SKEW = 300.0  #: seconds an app's clock may run ahead of ours: a later deadline is no put's
 MAX_IDS = 1000  #: messages one ``notes`` or ``expire`` request may name
 MAX_LIST = 100  #: dead letters one ``dead_letters`` request may return
 EXPIRY_TICK = 0.25  #: seconds between looks at the earliest deadline
@@ -133,8 +135,12 @@ class Desk:
     async def start(self) -> None:
         await ensure_stream(self.conn.js, api.StreamConfig(
             name=NOTES_STREAM, subjects=["notes.*"], retention=api.RetentionPolicy.LIMITS,
-            storage=api.StorageType.FILE, max_age=NOTES_KEEP, max_msg_size=1024, discard=api.DiscardPolicy.OLD,
-            num_replicas=1,
+            storage=api.StorageType.FILE, max_age=NOTES_KEEP, max_msg_size=1024,
+            # each queue's notes are one subject: the broker refuses a queue's note past
+            # NOTES_PER_QUEUE (the put stands; its SDK still drops it on receipt after its
+            # deadline), and a full stream refuses new notes instead of dropping other queues'
+            max_bytes=CONTROL_STREAM_BYTES[NOTES_STREAM], max_msgs_per_subject=NOTES_PER_QUEUE,
+            discard=api.DiscardPolicy.NEW, discard_new_per_subject=True, num_replicas=1,
         ))
         self._subs.append(await self.conn.control.subscribe("desk.*.*", queue="desk", cb=self._on_request))
         self._expiry = asyncio.create_task(self._expire_due(), name="desk-expiry")
@@ -239,7 +245,7 @@ class Desk:
         ack = json.loads(reply.data)
         if "error" in ack:
             raise publish_refused(ack["error"], f"'{record.spec.name}' in project '{record.spec.project}'",
-                                  record.spec.max_messages)
+                                  record.spec.max_messages, record.spec.max_bytes)
         await delete_message(source, stream, seq)
         await self.store.count(record.key, "released")
         if delay > 0:
@@ -276,7 +282,10 @@ class Desk:
         return await self.service.live(record.spec.project, record.spec.dead_letter_queue)
 
     def _ours(self, record: QueueRecord, headers: dict[str, str]) -> bool:
-        return headers.get(SOURCE_QUEUE) == record.spec.name and headers.get(SOURCE_PROJECT) == record.spec.project
+        """Whether a letter (read through ``dead_letters.read``, so its provenance is vouched for)
+        came from ``record``'s queue."""
+        return (headers.get(envelope.SOURCE_QUEUE) == record.spec.name
+                and headers.get(envelope.SOURCE_PROJECT) == record.spec.project)
 
     async def _verb_dead_letters(self, record: QueueRecord, body: dict[str, Any]) -> list[dict[str, Any]]:
         """This queue's oldest ``limit`` dead letters (its DLQ may hold other queues' letters too)."""
@@ -339,7 +348,8 @@ class Desk:
             await self._forget_note(note_seq)
             return
         deadline = envelope.parse_time(body.get("deadline"))
-        if deadline is None or seq <= 0:
+        latest = datetime.now(UTC) + timedelta(seconds=envelope.MAX_TTL + NOTE_SKEW)
+        if deadline is None or seq <= 0 or deadline > latest:  # no put makes such a note: forget it
             await self._forget_note(note_seq)
             return
         heapq.heappush(self._deadlines, (deadline, queue_id, seq, note_seq))

@@ -26,7 +26,7 @@ import nats.js.errors
 
 from ..auth.users import CONSUMER, stream_name
 from ..broker.connection import BrokerConnection
-from ..errors import BrokerUnavailable, EnclaveError
+from ..errors import BrokerUnavailable, EnclaveError, StorageFull
 from ..state.kv import Store
 from ..state.records import QueueRecord, QueueStatus, State
 from . import mapping
@@ -223,9 +223,14 @@ class Reconciler:
             raise PermanentError(
                 f"The broker account of queue '{record.spec.name}' is missing; delete and re-create the queue."
             )
+        done: list[str] = []
+        try:
+            if await self.accounts.reserve(record.id, record.spec.max_bytes):
+                done.append("storage limit set")
+        except StorageFull as exc:
+            raise PermanentError(str(exc)) from None
         await self.accounts.ensure_applied(record.id)
         js = self.conn.queue_js(record.id)
-        done: list[str] = []
         stream = stream_name(record.id)
 
         want_stream = mapping.stream_config(record.id, record.spec)

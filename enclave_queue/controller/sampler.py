@@ -29,6 +29,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
+from ..broker.config import CONTROL_STREAM_BYTES
 from ..broker.connection import BrokerConnection, ensure_stream
 from ..depth import Depth, depth_reads, read_depths
 from ..errors import BrokerUnavailable, EnclaveError
@@ -41,8 +42,8 @@ log = logging.getLogger("enclave.sampler")
 SAMPLES_STREAM = "ENCLAVE_SAMPLES"
 KEEP_SECONDS = 7 * 24 * 3600.0  #: how long a sample is kept
 #: bytes; the oldest samples go first past this. A sample takes 57 bytes (measured), so 1000 queues
-#: sampled every 60 s for 7 days take about 0.6 GB
-MAX_BYTES = 2 * 1024 * 1024 * 1024
+#: sampled every 60 s keep about 3 days of history, 100 queues the full 7
+MAX_BYTES = CONTROL_STREAM_BYTES[SAMPLES_STREAM]
 PUBLISH_TIMEOUT = 10.0  #: seconds a round's PubAcks may take
 READ_BATCH = 2000  #: samples one direct-get request returns
 READ_TIMEOUT = 10.0  #: seconds one direct-get request may take

@@ -95,6 +95,8 @@ class AccountRecord(BaseModel):
     sealed_password: str = Field(repr=False)  #: AES-GCM under the master key, bound to ``id``
     owner: Optional[str] = None
     created_at: datetime = Field(default_factory=now)
+    #: bytes of JetStream storage the account may use (its queue's max_bytes); None: the default
+    max_bytes: Optional[int] = None
 
 
 class TokenRecord(BaseModel):

@@ -127,7 +127,7 @@ def test_queue_object_keys_are_exactly_the_opentofu_attributes(stack, http, uniq
     make_queue(stack, unique_name)
     queue = http.get(f"/v1/projects/default/queues/{unique_name}").json()
     assert set(queue) == {"broker_url", "dead_letter_queue", "dedupe_window_seconds", "id", "internal_broker_url",
-                          "max_message_bytes", "max_messages", "max_receives", "name", "password_secret",
+                          "max_bytes", "max_message_bytes", "max_messages", "max_receives", "name", "password_secret",
                           "priorities", "project", "retention_hours", "retry_backoff_seconds", "subject", "username",
                           "visibility_timeout_seconds"}
     assert queue["broker_url"] == stack.broker_url

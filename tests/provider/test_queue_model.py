@@ -6,10 +6,11 @@ from tf.types import Unknown
 
 VALID = {"name": "emails", "project": None, "dead_letter_queue": None, "max_message_bytes": None,
          "max_receives": None, "retention_hours": None, "visibility_timeout_seconds": None,
-         "max_messages": None, "dedupe_window_seconds": None, "retry_backoff_seconds": None, "priorities": None}
+         "max_messages": None, "max_bytes": None, "dedupe_window_seconds": None, "retry_backoff_seconds": None,
+         "priorities": None}
 PRIOR = {**VALID, "project": "default", "max_message_bytes": 262144, "max_receives": 0, "retention_hours": 96,
-         "visibility_timeout_seconds": 30, "max_messages": 0, "dedupe_window_seconds": 3600, "priorities": False,
-         "broker_url": "nats://127.0.0.1:4222", "id": "qabc",
+         "visibility_timeout_seconds": 30, "max_messages": 0, "max_bytes": 64 << 20, "dedupe_window_seconds": 3600,
+         "priorities": False, "broker_url": "nats://127.0.0.1:4222", "id": "qabc",
          "internal_broker_url": "nats://es-system-broker:4222", "password_secret": "emails-password",
          "subject": "queue.default.emails", "username": "qabc"}
 
@@ -80,10 +81,18 @@ def test_create_plans_defaults_the_providers_project_and_unknown_outputs():
     assert planned["project"] == "shop"
     assert {f: planned[f] for f in model.LIMITS} == {
         "dedupe_window_seconds": 3600, "max_message_bytes": 262144, "max_messages": 0, "max_receives": 0,
-        "retention_hours": 96, "visibility_timeout_seconds": 30}
+        "retention_hours": 96, "visibility_timeout_seconds": 30, "max_bytes": 64 << 20}
     assert all(planned[o] is Unknown for o in model.OUTPUTS)
     assert planned["dead_letter_queue"] is None and planned["retry_backoff_seconds"] is None
     assert planned["priorities"] is False
+
+
+def test_max_bytes_is_planned_from_the_message_size_unless_given():
+    planned, _ = model.plan(None, {**VALID, "max_message_bytes": 1048576}, {**VALID, "max_message_bytes": 1048576},
+                            "shop")
+    assert planned["max_bytes"] == 256 << 20
+    planned, _ = model.plan(None, {**VALID, "max_bytes": 5 << 20}, {**VALID, "max_bytes": 5 << 20}, "shop")
+    assert planned["max_bytes"] == 5 << 20
 
 
 def test_a_setting_removed_from_the_configuration_goes_back_to_its_default():
@@ -127,8 +136,8 @@ def test_bodies_for_the_api():
     planned = {**PRIOR, "dead_letter_queue": "dlq", "retry_backoff_seconds": [5.0, 30], "max_receives": 3.0}
     assert model.create_body(planned) == {
         "name": "emails", "max_message_bytes": 262144, "max_receives": 3, "retention_hours": 96,
-        "visibility_timeout_seconds": 30, "max_messages": 0, "dedupe_window_seconds": 3600, "priorities": False,
-        "dead_letter_queue": "dlq", "retry_backoff_seconds": [5, 30]}
+        "visibility_timeout_seconds": 30, "max_messages": 0, "max_bytes": 64 << 20, "dedupe_window_seconds": 3600,
+        "priorities": False, "dead_letter_queue": "dlq", "retry_backoff_seconds": [5, 30]}
     assert model.patch_body(planned, {**planned, "priorities": True}) == {"priorities": True}
     assert model.patch_body(planned, {**planned, "dead_letter_queue": None, "retry_backoff_seconds": None,
                                       "max_receives": 0}) == {

@@ -79,3 +79,18 @@ def test_all_consumer_advisories_of_a_queue_are_one_export_and_one_import():
     (imported,) = [i for i in config["accounts"]["CONTROL"]["imports"] if "stream" in i]
     assert imported == {"stream": {"account": "qone", "subject": "$JS.EVENT.ADVISORY.CONSUMER.*.QONE.*"},
                         "to": "adv.qone.*.*"}
+
+
+def test_each_queue_account_is_limited_to_its_queues_storage_and_objects():
+    from enclave_queue.broker.config import DEFAULT_ACCOUNT_BYTES
+
+    config = build(BrokerConfig(**{**BASE.__dict__, "max_file_store": 10 << 30, "accounts": (
+        AccountEntry("qone", "$2b$06$h1"), AccountEntry("qtwo", "$2b$06$h2", max_bytes=5 << 20))}))
+    assert config["jetstream"]["max_file_store"] == 10 << 30
+    assert config["accounts"]["qone"]["jetstream"] == {"max_file": DEFAULT_ACCOUNT_BYTES, "max_mem": 0,
+                                                       "max_streams": 1, "max_consumers": 10}
+    assert config["accounts"]["qtwo"]["jetstream"]["max_file"] == 5 << 20
+    assert config["accounts"]["CONTROL"]["jetstream"] == "enabled"  # its streams reserve their own room
+    again = accounts_in_config(render(BrokerConfig(**{**BASE.__dict__, "accounts": (
+        AccountEntry("qtwo", "$2b$06$h2", max_bytes=5 << 20),)})))
+    assert again["qtwo"].max_bytes == 5 << 20

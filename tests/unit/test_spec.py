@@ -183,3 +183,20 @@ def test_priorities_can_be_turned_on_in_place_but_never_off():
 def test_every_mutable_setting_is_on_the_api_view():
     assert set(MUTABLE) <= set(Queue.model_fields)
     assert Queue.model_fields["priorities"].annotation is bool
+
+
+@pytest.mark.parametrize(("message_bytes", "default"), [
+    (1024, 16 << 20),            # at least 16 MiB
+    (262144, 64 << 20),          # the default message size: 256 of them
+    (1048576, 256 << 20),        # the largest
+])
+def test_max_bytes_defaults_to_room_for_256_of_the_largest_messages(message_bytes, default):
+    assert parse_spec({"name": "emails", "max_message_bytes": message_bytes}).max_bytes == default
+
+
+def test_max_bytes_must_hold_one_message_and_stays_when_the_message_size_changes():
+    with pytest.raises(SpecError) as refused:
+        parse_spec({"name": "emails", "max_message_bytes": 1048576, "max_bytes": 1048576})
+    assert refused.value.errors[0]["field"] == "max_bytes" and "1052672" in refused.value.errors[0]["message"]
+    spec = parse_spec({"name": "emails", "max_bytes": 8 << 20})
+    assert parse_patch({"max_message_bytes": 4096}).apply(spec).max_bytes == 8 << 20

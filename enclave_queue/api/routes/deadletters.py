@@ -13,6 +13,8 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...redrive import MAX_LIST, DeadLetterOps
+from ..auth import SECRET_READ
+from ..paths import MAX_SEQUENCE
 
 router = APIRouter(prefix="/v1/projects/{project}/queues/{name}")
 
@@ -30,9 +32,9 @@ class RedriveRequest(BaseModel):
     dry_run: bool = False
 
 
-@router.get("/dead-letters")
+@router.get("/dead-letters", dependencies=[SECRET_READ])
 async def list_dead_letters(project: str, name: str, request: Request,
-                            limit: int = Query(50, ge=1, le=MAX_LIST), after: int = Query(0, ge=0)) -> dict[str, Any]:
+                            limit: int = Query(50, ge=1, le=MAX_LIST), after: int = Query(0, ge=0, le=MAX_SEQUENCE)) -> dict[str, Any]:
     return await ops(request).list(project, name, limit, after)
 
 

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...errors import SpecError
 from ...service import MAX_PEEK
 from ...spec import MAX_RECEIVE, MAX_RECEIVE_WAIT
+from ..auth import SECRET_READ
 
 router = APIRouter(prefix="/v1/projects/{project}/queues/{name}")
 
@@ -99,14 +100,14 @@ async def nack_message(project: str, name: str, receipt: str, request: Request,
     return Response(status_code=204)
 
 
-@router.get("/messages")
+@router.get("/messages", dependencies=[SECRET_READ])
 async def peek_messages(project: str, name: str, request: Request,
                         limit: int = Query(10, description=f"1 to {MAX_PEEK}")) -> dict[str, Any]:
     # the range is checked by the service: the shared "limit" rule (dead letters') says 1 to 500
     return {"messages": await request.app.state.runtime.service.peek(project, name, limit)}
 
 
-@router.get("/export")
+@router.get("/export", dependencies=[SECRET_READ])
 async def export_messages(project: str, name: str, request: Request) -> StreamingResponse:
     """Every message as it stands, as JSON Lines (see QueueService.export_page). The first page is
     read before the answer starts, so a missing queue is a 404 problem, not a broken stream."""

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Query, Request, Response
 from ...errors import SpecError
 from ...service import QueueService
 from ...spec import Queue, parse_patch, parse_spec
+from ..auth import SECRET_READ
 
 router = APIRouter(prefix="/v1/projects/{project}/queues")
 
@@ -71,7 +72,7 @@ async def queue_status(project: str, name: str, request: Request,
     return await service(request).status(project, name)
 
 
-@router.get("/{name}/credentials")
+@router.get("/{name}/credentials", dependencies=[SECRET_READ])
 async def queue_credentials(project: str, name: str, request: Request, response: Response) -> dict[str, str]:
     response.headers["Cache-Control"] = "no-store"
     return await service(request).credentials(project, name)

@@ -1,6 +1,7 @@
 // Enclave Queues console: what happens on a page after it loads. Plain JavaScript, no
-// dependencies. Every call goes to the HTTP API (/v1/...) with the session cookie and, on
-// requests that change something, the session's CSRF token in X-CSRF-Token.
+// dependencies. Every call goes to the HTTP API (/v1/...) with the session cookie and the
+// session's CSRF token in X-CSRF-Token: the API wants it on requests that change something and
+// on reads that return secrets or message bodies (credentials, peek, dead letters, export).
 "use strict";
 
 const csrfToken = () => document.querySelector('meta[name="csrf-token"]')?.content || "";
@@ -14,8 +15,7 @@ class Problem extends Error {
 }
 
 async function api(method, path, body) {
-  const options = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
-  if (method !== "GET") options.headers["X-CSRF-Token"] = csrfToken();
+  const options = { method, credentials: "same-origin", headers: { Accept: "application/json", "X-CSRF-Token": csrfToken() } };
   if (body !== undefined) {
     options.headers["Content-Type"] = "application/json";
     options.body = JSON.stringify(body);

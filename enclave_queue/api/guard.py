@@ -1,0 +1,110 @@
+"""The request guard: an ASGI middleware in front of the app that does what must happen before
+anything reads a request's body.
+
+1. Every ``/v1/`` request is authenticated first (auth.authenticate): without a valid token or
+   session it is answered 401 (403 for a cookie without its CSRF token) and its body is never
+   read; the server stops reading it once its buffer is full, and closes the connection after
+   the answer. (FastAPI reads and parses a body before it runs any dependency.)
+2. Every request body is limited: a declared ``Content-Length`` over the limit is answered 413
+   at once, and the bytes actually received are counted as the app reads them (a chunked upload
+   has no length to declare), so the app never holds more than the limit. The limit covers the
+   largest legitimate request, so the JSON parse that follows is bounded too.
+
+Both answers are JSON problems (problems.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import EnclaveError
+from . import problems
+from .auth import CALLER, authenticate
+
+MiB = 1024 * 1024
+#: bytes of a send (``POST …/messages``): a body of the largest max_message_bytes (1 MiB) as a
+#: JSON string can take 6 bytes a byte (``\u0001``), and base64 4 for 3; 8 MiB holds either
+SEND_BODY_LIMIT = 8 * MiB
+BODY_LIMIT = 1 * MiB  #: bytes of any other request (specs, patches, options, forms: a few hundred)
+SEND_PATH = re.compile(r"/v1/projects/[^/]+/queues/[^/]+/messages")
+
+
+def body_limit(method: str, path: str) -> int:
+    """The largest body, in bytes, a request to ``path`` may carry."""
+    return SEND_BODY_LIMIT if method == "POST" and SEND_PATH.fullmatch(path) else BODY_LIMIT
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from ``receive`` when the body passes its limit. An HTTPException, so that FastAPI
+    lets it through its body parsing and the app answers it as a 413 problem."""
+
+    title = "Request too large"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"The request body is larger than this route accepts ({limit} bytes).")
+
+
+def _declared_length(scope: Scope) -> int | None:
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:  # the server refuses these before the app sees them
+                return None
+    return None
+
+
+class RequestGuard:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["path"].startswith("/v1/"):
+            try:
+                scope[CALLER] = await authenticate(HTTPConnection(scope))
+            except EnclaveError as exc:
+                await problems.from_error(exc)(scope, receive, send)
+                return
+        limit = body_limit(scope["method"], scope["path"])
+        declared = _declared_length(scope)
+        if declared is not None and declared > limit:
+            await self._too_large(limit)(scope, receive, send)
+            return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            if received > limit:
+                raise BodyTooLarge(limit)
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, watched_send)
+        except BodyTooLarge:  # the app answers it as a problem; this is for one that did not
+            if started:
+                raise
+            await self._too_large(limit)(scope, receive, send)
+
+    @staticmethod
+    def _too_large(limit: int) -> JSONResponse:
+        error = BodyTooLarge(limit)
+        return problems.problem(413, error.title, str(error.detail))
