@@ -11,8 +11,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from enclave_queue.admin import check_path_part
 
+from .client import api
+from .options import Json, Name, Project, finite, utf8
 from .output import err, out, print_json, safe_text, show_list
-from .queue import Json, Name, Project, api, app, checked, project_of
+from .queue import app, checked, project_of
 
 Seq = Annotated[int, typer.Argument(help="The dead letter's sequence (from 'dead-letters').")]
 
@@ -76,10 +78,10 @@ def discard(
 def redrive(
     name: Annotated[str, typer.Argument(help="The dead-letter queue.")],
     project: Project = None,
-    to: Annotated[Optional[str], typer.Option("--to", help="Move every letter to this queue instead of its source.")] = None,
+    to: Annotated[Optional[str], typer.Option("--to", metavar="QUEUE", callback=utf8, help="Move every letter to this queue instead of its source.")] = None,
     max_messages: Annotated[Optional[int], typer.Option("--max", help="Move at most this many.")] = None,
-    rate: Annotated[Optional[float], typer.Option("--rate", help="At most this many messages per second.")] = None,
-    filter_error: Annotated[Optional[str], typer.Option("--filter-error", help="Only letters whose last error contains TEXT.")] = None,
+    rate: Annotated[Optional[float], typer.Option("--rate", callback=finite, help="At most this many messages per second.")] = None,
+    filter_error: Annotated[Optional[str], typer.Option("--filter-error", metavar="TEXT", callback=utf8, help="Only letters whose last error contains TEXT.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would move; move nothing.")] = False,
     json: Json = False,
 ) -> None:

@@ -1,7 +1,12 @@
-"""The ``enclave`` entry point: the Typer app, and one place that turns errors into
-``error: <sentence>`` on stderr with the exit code from errors.py (``ENCLAVE_TRACEBACK=1``
-shows the traceback too). The sentence may carry the server's text: it is printed through
-``output.safe_text``."""
+"""The ``enclave`` entry point: runs the Typer app (app.py), and is the one place that turns
+what it raises into ``error: <sentence>`` on stderr with the exit code from errors.py
+(``ENCLAVE_TRACEBACK=1`` shows the traceback too). The sentence may carry the server's text:
+it is printed through ``output.safe_text``.
+
+No command prints a traceback: an exception nothing expected becomes
+``error: <ClassName>: <message>`` and exit 1; Ctrl-C is exit 130, at any moment (the app is
+imported inside ``main``, so an early Ctrl-C is caught too); a stdout closed early
+(``enclave queue list | head -1``) ends the command quietly with exit 1."""
 
 from __future__ import annotations
 
@@ -9,47 +14,78 @@ import os
 import sys
 import traceback
 
-import typer
-from typer.exceptions import Abort, Exit, TyperException
-
-from enclave_queue.errors import EnclaveError
-
-from . import deadletters, queue, server  # noqa: F401 - deadletters adds commands to queue
-from .output import safe_text
-
-app = typer.Typer(
-    name="enclave",
-    help="Enclave Queues: managed queues over NATS JetStream.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(queue.app, name="queue")
-app.command("up")(server.up)
+UNEXPECTED = 1  #: exit code of an error nothing expected
+INTERRUPTED = 130  #: exit code after Ctrl-C (128 + SIGINT), as a shell reports it
+CLOSED_STDOUT = 1  #: exit code when stdout is closed early, as Typer itself exits then
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return CLOSED_STDOUT
+    except Exception as exc:  # the promise: no traceback, whatever went wrong
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        hint = "" if _tracebacks() else " (unexpected: ENCLAVE_TRACEBACK=1 shows the traceback)"
+        return _fail(text + hint, UNEXPECTED, exc)
+
+
+def _run(argv: list[str] | None) -> int:
+    from typer.exceptions import Abort, Exit, TyperException
+
+    from enclave_queue.errors import EnclaveError
+
+    from .app import app
+
+    try:
         result = app(args=argv, standalone_mode=False)
         return result if isinstance(result, int) else 0
     except EnclaveError as exc:
         return _fail(str(exc), exc.exit_code, exc)
-    except Abort:
+    except Abort as exc:  # a declined confirmation, or Ctrl-C / end of input at its prompt
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            print(file=sys.stderr)  # end the prompt's line
+            return INTERRUPTED
         return _fail("aborted.", 1, None)
     except TyperException as exc:  # usage errors: a bad option value, a missing argument
-        return _fail(exc.format_message(), exc.exit_code, exc)
+        message = exc.format_message()
+        if not message.strip():  # no command given (no_args_is_help): the help is printed already
+            return exc.exit_code
+        return _fail(message, exc.exit_code, exc)
     except Exit as exc:
         return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
 
 
 def _fail(message: str, code: int, exc: BaseException | None) -> int:
-    if exc is not None and os.environ.get("ENCLAVE_TRACEBACK") == "1":
+    if exc is not None and _tracebacks():
         traceback.print_exception(exc, file=sys.stderr)
-    print(f"error: {safe_text(message, markup=False)}", file=sys.stderr)
+    print(f"error: {_plain(message)}", file=sys.stderr)
     return code
+
+
+def _plain(message: str) -> str:
+    try:
+        from .output import safe_text
+    except Exception:  # the error may be that the CLI's own modules do not import
+        return message.encode("ascii", "backslashreplace").decode()
+    return safe_text(message, markup=False)
+
+
+def _tracebacks() -> bool:
+    return os.environ.get("ENCLAVE_TRACEBACK") == "1"
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def run() -> None:

@@ -1,13 +1,15 @@
 """``enclave queue …``: each command is option parsing plus one API call.
 
 Arguments are checked where they go into a URL (``admin.check_path_part``): a bad one is
-``error: <field> must be …`` and exit 2, before any prompt. What the server sends back is
-printed through ``output.safe_text``."""
+``error: <field> must be …`` and exit 2, before any prompt; options.py checks what the API
+cannot judge. What the server sends back is printed through ``output.safe_text``."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json as jsonlib
+import os
 import shlex
 import sys
 from collections import Counter
@@ -15,44 +17,39 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from typer.exceptions import TyperException
 
-from enclave_queue.admin import AdminClient, check_path_part
+from enclave_queue.admin import check_path_part
+from enclave_queue.errors import SpecError
 from enclave_queue.settings import ClientSettings
+from enclave_queue.spec import MAX_RECEIVE_WAIT, RECEIVE_WAIT_RULE
 
+from .client import api
+from .options import (
+    DeadLetterQueue,
+    DedupeWindow,
+    Json,
+    MaxBytes,
+    MaxMessageBytes,
+    MaxMessages,
+    MaxReceives,
+    Name,
+    Priorities,
+    Project,
+    RetentionHours,
+    RetryBackoff,
+    UsageError,
+    VisibilityTimeout,
+    Wait,
+    backoff_list,
+    exclusive,
+    finite,
+    utf8,
+)
 from .output import QUEUE_COLUMNS, err, out, print_json, safe_text, show_list, show_object
 
 app = typer.Typer(help="Declare, inspect and use queues.", no_args_is_help=True)
 
-Project = Annotated[Optional[str], typer.Option("--project", "-p", help="Project (default: ENCLAVE_PROJECT, else 'default').")]
-Json = Annotated[bool, typer.Option("--json", help="Print the API's JSON object.")]
-Wait = Annotated[bool, typer.Option("--wait", help="Return once the queue is Ready.")]
-Name = Annotated[str, typer.Argument(help="Queue name.")]
-VisibilityTimeout = Annotated[Optional[int], typer.Option("--visibility-timeout-seconds", help="Seconds a received message stays hidden (1–43200; default 30).")]
-MaxReceives = Annotated[Optional[int], typer.Option("--max-receives", help="Receives allowed per message (0–1000; 0 = no limit).")]
-DeadLetterQueue = Annotated[Optional[str], typer.Option("--dead-letter-queue", help="Queue in the same project that receives dead letters.")]
-RetentionHours = Annotated[Optional[int], typer.Option("--retention-hours", help="Hours a message is kept (1–336; default 96).")]
-MaxMessageBytes = Annotated[Optional[int], typer.Option("--max-message-bytes", help="Largest message (1024–1048576; default 262144).")]
-MaxBytes = Annotated[Optional[int], typer.Option("--max-bytes", help="Bytes the queue stores at most (1048576–1099511627776; default 256 of its largest message, 16 MiB–1 GiB); a full queue refuses new messages.")]
-MaxMessages = Annotated[Optional[int], typer.Option("--max-messages", help="Messages the queue holds at most (0–10000000; 0 = no limit); a full queue refuses new ones.")]
-DedupeWindow = Annotated[Optional[int], typer.Option("--dedupe-window-seconds", help="Seconds a dedupe key is remembered (1–86400, at most the retention; default 3600).")]
-RetryBackoff = Annotated[Optional[str], typer.Option("--retry-backoff-seconds", help="Seconds before each retry, comma-separated (e.g. 5,30,120; the last repeats).")]
-Priorities = Annotated[bool, typer.Option("--priorities", help="Messages may carry a priority (0–9, higher taken first). Once on it cannot be turned off: there is no option to.")]
-
-
-def backoff_list(text: Optional[str]) -> Optional[list[object]]:
-    """'5,30,120' -> [5, 30, 120]; a part that is no integer goes to the API as it is, to be refused there."""
-    if text is None:
-        return None
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    return [int(p) if p.lstrip("-").isdigit() else p for p in parts]
-
 ENV_PREFIX = "ENCLAVE_QUEUE_"
-
-
-def api() -> AdminClient:
-    settings = ClientSettings.from_env()
-    return AdminClient(settings.url, settings.token)
 
 
 def project_of(project: Optional[str]) -> str:
@@ -140,6 +137,8 @@ def update(
     max_bytes: MaxBytes = None, wait: Wait = False, json: Json = False,
 ) -> None:
     """Change a queue's settings in place."""
+    exclusive(dead_letter_queue=dead_letter_queue is not None, no_dead_letter_queue=no_dead_letter_queue)
+    exclusive(retry_backoff_seconds=retry_backoff_seconds is not None, no_retry_backoff=no_retry_backoff)
     project = project_of(project)
     changes = settings_from_options(
         visibility_timeout_seconds=visibility_timeout_seconds, max_receives=max_receives,
@@ -183,6 +182,7 @@ def credentials(
     env: Annotated[bool, typer.Option("--env", help="Print shell exports (ENCLAVE_QUEUE_*) that the SDK's connect() reads.")] = False,
 ) -> None:
     """Print what an app needs to use the queue with any NATS client."""
+    exclusive(json=json, env=env)
     with api() as client:
         creds = client.credentials(project_of(project), name)
     if env:
@@ -196,15 +196,20 @@ def credentials(
 @app.command()
 def send(
     name: Name,
-    body: Annotated[str, typer.Argument(help="Message body (text; '-' reads standard input).")],
+    body: Annotated[str, typer.Argument(help="Message body ('-' reads standard input); bytes that are not UTF-8 are sent as binary.")],
     project: Project = None, json: Json = False,
-    dedupe_key: Annotated[Optional[str], typer.Option("--dedupe-key", help="1–128 characters; a key sent again within the queue's dedupe window adds nothing.")] = None,
-    delay: Annotated[float, typer.Option("--delay", metavar="SECONDS", help="Seconds before the message can be received (0–604800).")] = 0.0,
+    dedupe_key: Annotated[Optional[str], typer.Option("--dedupe-key", callback=utf8, help="1–128 characters; a key sent again within the queue's dedupe window adds nothing.")] = None,
+    delay: Annotated[float, typer.Option("--delay", metavar="SECONDS", callback=finite, help="Seconds before the message can be received (0–604800).")] = 0.0,
 ) -> None:
     """Send one message by hand."""
-    text = sys.stdin.read() if body == "-" else body
+    data = body_bytes(body)
+    try:
+        text, data_base64 = data.decode("utf-8"), None
+    except UnicodeDecodeError:  # binary: sent as it is (application/octet-stream)
+        text, data_base64 = None, base64.b64encode(data).decode("ascii")
     with api() as client:
-        result = client.send(project_of(project), name, text, dedupe_key=dedupe_key, delay=delay)
+        result = client.send(project_of(project), name, text, body_base64=data_base64, dedupe_key=dedupe_key,
+                             delay=delay)
     if json:
         print_json(result)
     elif result.get("duplicate"):
@@ -217,14 +222,27 @@ def send(
         out.print(f"Sent message {safe_text(result['sequence'])} to '{name}'.")
 
 
+def body_bytes(body: str) -> bytes:
+    """The message's bytes as given: standard input's for '-' (as they are: no newline
+    translation), else the argument's (a shell passes bytes that are not UTF-8 through;
+    os.fsencode gives them back)."""
+    if body != "-":
+        return os.fsencode(body)
+    if sys.stdin is None:
+        raise UsageError("BODY is '-', but standard input is closed.")
+    return sys.stdin.buffer.read()
+
+
 @app.command()
 def receive(
     name: Name, project: Project = None,
     max_messages: Annotated[int, typer.Option("--max", help="Most messages to take (1–100).")] = 1,
-    wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for a message (0–20).")] = 1.0,
+    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", callback=finite, help="Seconds to wait for a message (0–20).")] = 1.0,
     json: Json = False,
 ) -> None:
     """Receive messages by hand; each stays hidden for the visibility timeout unless deleted."""
+    if not 0 <= wait <= MAX_RECEIVE_WAIT:  # the API's own rule, checked here too: the request's timeout is wait + 10 s
+        raise SpecError(f"wait must be {RECEIVE_WAIT_RULE} (got {wait!r}).")
     with api() as client:
         messages = client.receive(project_of(project), name, max_messages, wait)
     if json:
@@ -296,7 +314,7 @@ def export(
     with api() as client:
         messages = client.export(project_of(project), name)
         first = next(messages, None)  # a missing queue fails here, before a file is written
-        sink = output.open("w", encoding="utf-8") if output else sys.stdout
+        sink = open_output(output) if output else sys.stdout
         try:
             for message in itertools.chain([first] if first is not None else [], messages):
                 sink.write(jsonlib.dumps(message) + "\n")
@@ -308,8 +326,11 @@ def export(
     err.print(f"Exported {sum(counts.values())} message(s) of '{name}': {by_status}.", markup=False)
 
 
-class NeedsYes(TyperException):
-    exit_code = 2
+def open_output(path: Path):
+    try:
+        return path.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot write {str(path)!r}: {exc.strerror}.", param_hint="'--output'") from None
 
 
 @app.command()
@@ -320,8 +341,8 @@ def clear(
     """Remove the waiting, delayed and dead messages of a queue; in-flight ones are left to finish."""
     project = checked(project, name)
     if not yes:
-        raise NeedsYes(f"clear removes the waiting, delayed and dead messages of '{name}' for good; "
-                       "add --yes to do it.")
+        raise UsageError(f"clear removes the waiting, delayed and dead messages of '{name}' for good; "
+                         "add --yes to do it.")
     with api() as client:
         counts = client.clear(project, name)
     if json:

@@ -10,25 +10,44 @@ from typing import Annotated, Optional
 
 import typer
 
+from enclave_queue.errors import SpecError
 from enclave_queue.settings import EnclaveSettings
+from enclave_queue.spec import shown
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def up(
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Data directory (ENCLAVE_HOME, default ~/.enclave).")] = None,
+    data_dir: Annotated[Optional[str], typer.Option("--data-dir", metavar="PATH", help="Data directory (ENCLAVE_HOME, default ~/.enclave).")] = None,
     broker_port: Annotated[Optional[int], typer.Option("--broker-port", min=0, max=65535, help="Broker port (0 = any free port; default 4222).")] = None,
     api_port: Annotated[Optional[int], typer.Option("--api-port", min=0, max=65535, help="API port (0 = any free port; default 7780).")] = None,
 ) -> None:
     """Run Enclave Queues in the foreground until Ctrl-C or SIGTERM (one per data dir)."""
-    from enclave_queue.server import serve
-
     overrides: dict[str, object] = {}
     if data_dir is not None:
-        overrides["home"] = data_dir.expanduser().resolve()
+        if not data_dir.strip():  # an unset shell variable: not the current directory
+            raise SpecError("--data-dir must be a directory's path (got '').")
+        overrides["home"] = Path(data_dir).expanduser().resolve()
     if broker_port is not None:
         overrides["broker_port"] = broker_port
     if api_port is not None:
         overrides["api_port"] = api_port
     settings = EnclaveSettings.from_env(**overrides)
     settings = replace(settings, home=settings.home.resolve())  # absolute: in messages, in the broker's command line
+    if not isinstance(logging.getLevelName(settings.log_level.upper()), int):  # as basicConfig reads it
+        raise SpecError(f"ENCLAVE_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)} (got {shown(settings.log_level)}).")
+    make_data_dir(settings.home, "--data-dir" if data_dir is not None else "ENCLAVE_HOME")
+    from enclave_queue.server import serve  # the server's modules: only once the options are checked
+
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(serve(settings, announce=lambda line: print(line, flush=True)))
+
+
+def make_data_dir(home: Path, source: str) -> None:
+    """The data directory, created if missing; SpecError (exit 2) naming ``source`` if it cannot be."""
+    if home.exists() and not home.is_dir():
+        raise SpecError(f"{source} {str(home)!r} is not a directory.")
+    try:
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"{source} {str(home)!r} cannot be created: {exc.strerror}.") from None

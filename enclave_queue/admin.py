@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
-from .errors import BrokerUnavailable, EnclaveError, NotFound, SpecError, Timeout, from_problem
+from .errors import BrokerUnavailable, EnclaveError, NotFound, SpecError, Timeout, Unauthorized, from_problem
 from .settings import ClientSettings
 from .spec import (
     MAX_SEQUENCE,
@@ -77,11 +77,18 @@ def url_path(*segments: Segment) -> str:
                           for part in segments)
 
 
+#: the statuses a proxy answers when the server behind it is down or slow: the API can't be reached
+GATEWAY_STATUSES = (502, 503, 504)
+
+
 class AdminClient:
     def __init__(self, url: str, token: Optional[str], *, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
+        if token is not None and not all("!" <= c <= "~" for c in token):  # never repeated: a secret
+            raise Unauthorized("The API token holds a character that is not printable ASCII: it is not an API token.")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, follow_redirects=False)
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, follow_redirects=False,
+                                  event_hooks={"response": [lambda response: _only_json(self.url, response)]})
 
     @classmethod
     def from_env(cls) -> AdminClient:
@@ -106,7 +113,14 @@ class AdminClient:
         _raise_for_problem(response)
         if response.status_code == 204 or not response.content:
             return None
-        return response.json()
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise self._unparsable(exc) from exc
+
+    def _unparsable(self, exc: ValueError) -> EnclaveError:
+        return EnclaveError(f"The server at {self.url} answered JSON that does not parse ({exc}); is ENCLAVE_URL "
+                            "the API's own address?")
 
     def _unreachable(self, exc: httpx.TransportError) -> BrokerUnavailable:
         return BrokerUnavailable(
@@ -121,7 +135,10 @@ class AdminClient:
                     _raise_for_problem(response)
                 for line in response.iter_lines():
                     if line.strip():
-                        yield json.loads(line)
+                        try:
+                            yield json.loads(line)
+                        except ValueError as exc:
+                            raise self._unparsable(exc) from exc
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from exc
 
@@ -230,7 +247,7 @@ class AdminClient:
     def receive(self, project: str, name: str, max_messages: int = 1, wait: float = 1.0) -> list[dict[str, Any]]:
         data = self.request("POST", self._queue(project, name, "messages", "receive"),
                             json={"max": max_messages, "wait": wait},
-                            timeout=wait + 10)
+                            timeout=_wait_timeout(wait))
         return data["messages"]
 
     def delete_message(self, project: str, name: str, receipt: str) -> None:
@@ -255,6 +272,34 @@ class AdminClient:
     def stats(self, project: str, name: str) -> dict[str, Any]:
         """Waiting, in flight, delayed and dead now, and the counts since the queue was created."""
         return self.request("GET", self._queue(project, name, "stats"))
+
+
+def _wait_timeout(wait: Any) -> float:
+    """The HTTP timeout of a call that waits ``wait`` seconds on the server (which refuses more
+    than a minute: the timeout must not overflow on a huge or odd value before it can say so)."""
+    seconds = wait if isinstance(wait, (int, float)) and not isinstance(wait, bool) else 0.0
+    return min(max(float(seconds), 0.0), 60.0) + 10.0 if seconds == seconds else 10.0
+
+
+def _only_json(url: str, response: httpx.Response) -> None:
+    """Raise an EnclaveError for an answer that is not JSON (problems and JSON Lines included):
+    the API answers nothing else, so another server answered (a web server or a proxy at the URL).
+    Redirects are left to ``_raise_for_problem``."""
+    status = response.status_code
+    if status == 204 or 300 <= status < 400 or response.headers.get("content-length") == "0":
+        return
+    media = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media.endswith("json"):  # application/json, application/problem+json, application/x-ndjson
+        return
+    response.read()
+    said = f"{status} {response.reason_phrase}".strip()
+    said += f" with {media}" if media else " with no content type"
+    if media == "text/plain" and response.text.strip():
+        said += f" ({shown(response.text.strip().splitlines()[0])})"  # its first line, cut if long
+    if status in GATEWAY_STATUSES:
+        raise BrokerUnavailable(f"Cannot reach the Enclave API at {url}: the server there answered {said}.")
+    hint = "its log may say why." if status >= 500 else "is ENCLAVE_URL the API's own address?"
+    raise EnclaveError(f"The server at {url} answered {said}, not the Enclave API's JSON; {hint}")
 
 
 def _raise_for_problem(response: httpx.Response) -> None:

@@ -64,7 +64,7 @@ class QueueContents:
         dead-letter queue. Its ``attempts`` is a lower bound (prior attempts + 1): JetStream keeps no
         delivery count of a message that can be read without delivering it."""
         phase, after = _parse_cursor(cursor)
-        record = await self.service.live(project, name)
+        record = await self.service.ready(project, name)
         page = _Page(max_bytes)
         if phase == "q":
             delivered = await self.service._floors(record)
@@ -148,7 +148,7 @@ class QueueContents:
         finish: a worker can still delete them, and a nack brings them back. Only what was stored
         when the clear started is removed. The race: a message delivered while the clear runs may
         be removed while leased; its worker's delete (ack) is then harmless, and a nack finds it gone."""
-        record = await self.service.live(project, name)
+        record = await self.service.ready(project, name)
         info, floors = await asyncio.gather(self.service._stream_info(record), self.service._floors(record))
         last = info.state.last_seq
         waiting = 0

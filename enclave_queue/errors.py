@@ -12,7 +12,9 @@ Every layer raises these; the HTTP API turns them into JSON problems, the CLI in
       + Forbidden                -> HTTP 403 / exit 7   the token may not do this
       + PermissionDenied         -> (SDK)     exit 7    the broker refused this queue user
       + MessageTooLarge          -> HTTP 413 / exit 2   a body over max_message_bytes
+      + StorageFull              -> HTTP 507 / exit 9   no room in the broker's store (reservations, a full disk)
       + BrokerUnavailable        -> HTTP 503 / exit 3   the broker cannot be reached
+      |   + MaybeStored          -> (SDK)     exit 3    a put unconfirmed: it may have been stored
       + Timeout                  -> HTTP 504 / exit 6   waited too long for a state
 
 ``QueueFull`` is a 409 (the queue's current state refuses the message; consuming or raising
@@ -84,7 +86,8 @@ class MessageTooLarge(EnclaveError):
 
 class StorageFull(EnclaveError):
     """The broker's store cannot take this: a queue whose max_bytes does not fit in what the
-    other queues and the control state leave unreserved."""
+    other queues and the control state leave unreserved, a message put while the broker's disk is
+    full (``publish_refused``), or ``enclave up`` on a filesystem without room to start."""
 
     status, exit_code, title = 507, 9, "Insufficient storage"
 
@@ -122,6 +125,11 @@ TOO_LARGE = 10054  #: over the stream's max_msg_size
 QUEUE_FULL = 10077  #: the stream is at max_msgs (discard new)
 ACCOUNT_FULL = 10002  #: the queue's account is at its JetStream max_file (the queue's max_bytes)
 SCHEDULES_DISABLED = 10188  #: a delayed message to a stream without allow_msg_schedules (a queue with max_messages)
+#: the broker's store is out of room: JetStream's "insufficient resources" (its store past
+#: max_file_store), which the control plane also answers for the broker while its disk is full
+#: (broker/storage.py: the broker itself sends no answer at all to a publish it failed to write)
+INSUFFICIENT_RESOURCES = 10023
+STORAGE_EXCEEDED = 10047  #: "insufficient storage resources available" (the store's reservations)
 
 
 def publish_refused(error: dict[str, Any], queue: str, max_messages: Optional[int] = None,
@@ -130,6 +138,9 @@ def publish_refused(error: dict[str, Any], queue: str, max_messages: Optional[in
     messages by hand, redrive, the dead-letter mover). ``queue`` names it in the sentence
     (``'emails' in project 'shop'``); ``max_messages``, when known, is said with QueueFull."""
     code, description = error.get("err_code"), error.get("description")
+    if code in (INSUFFICIENT_RESOURCES, STORAGE_EXCEEDED) or "no space left" in str(description):
+        return StorageFull(f"The broker's disk is full; the message to queue {queue} was not stored. Puts are "
+                           "taken again by themselves once space is freed on it.")
     if code == TOO_LARGE:
         return MessageTooLarge(f"The message is larger than queue {queue} accepts (max_message_bytes).")
     if code == QUEUE_FULL:
@@ -143,3 +154,13 @@ def publish_refused(error: dict[str, Any], queue: str, max_messages: Optional[in
         return SpecError(f"delay_s {rule}: queue {queue} has one; the message was not stored.",
                          errors=[{"field": "delay_s", "message": rule}])
     return EnclaveError(f"The broker refused the message to queue {queue}: {description}.")
+
+
+class MaybeStored(BrokerUnavailable):
+    """A put the broker never confirmed, though it may have stored it (the connection was lost, or
+    no answer came in time). ``dedupe_key`` is the key it was sent with (the caller's, or one the
+    SDK made): putting it again with that key, within the queue's dedupe window, cannot store it twice."""
+
+    def __init__(self, message: str, *, dedupe_key: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.dedupe_key = dedupe_key

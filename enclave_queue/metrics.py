@@ -9,7 +9,9 @@ stacks in one test process never collide):
 - per-queue numbers and the broker's state, read fresh at scrape time (``QueueMetrics``): each
   queue's depth (depth.py: two JetStream API requests a queue), its stored counters, the nak
   counter's unsaved counts and the broker's VARZ. One read serves every scrape within
-  ``CACHE_SECONDS``, so concurrent scrapers do not multiply the broker's work.
+  ``CACHE_SECONDS``, so concurrent scrapers do not multiply the broker's work;
+- the broker's store as the storage guard last saw it (broker/storage.py, every 0.5 s): whether
+  it takes writes, the disk's free bytes, the streams that reported a write error, the puts refused.
 
 Counters derived from the broker (sent, received, deleted) are kept monotonic here per queue: a
 stream or consumer re-created behind the controller's back restarts its sequences, which is
@@ -31,6 +33,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .broker.connection import BrokerConnection
+from .broker.storage import StorageGuard, StoreHealth
 from .controller.accounts import Accounts
 from .controller.desk import removed_otherwise
 from .controller.naks import NakCounter
@@ -86,9 +89,10 @@ class ControlMetrics:
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=self.registry)
         self.queues: Optional[QueueMetrics] = None
 
-    def attach(self, store: Store, conn: BrokerConnection, accounts: Accounts, naks: NakCounter) -> None:
+    def attach(self, store: Store, conn: BrokerConnection, accounts: Accounts, naks: NakCounter,
+               storage: Optional[StorageGuard] = None) -> None:
         """Start exposing the queues and the broker (once the state store is open)."""
-        self.queues = QueueMetrics(store, conn, accounts, naks)
+        self.queues = QueueMetrics(store, conn, accounts, naks, storage)
         self.registry.register(self.queues)
 
     async def render(self, accept: str = "") -> tuple[bytes, str]:
@@ -134,15 +138,26 @@ class _Snapshot:
     broker_memory: Optional[int]
 
 
+@dataclass(frozen=True)
+class _Storage:
+    """The store's state, read at every scrape (it is in memory: no cache needed)."""
+
+    health: Optional[StoreHealth]
+    refused: int  #: puts the storage guard refused
+    restarts: int  #: broker restarts by the supervisor (after a crash, or to clear write errors)
+
+
 class QueueMetrics:
     """A prometheus_client collector of per-queue numbers and the broker's state. ``refresh()``
     (async) reads them; ``collect()`` (called by the exposition, synchronously) shows the last read."""
 
-    def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, naks: NakCounter) -> None:
+    def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, naks: NakCounter,
+                 storage: Optional[StorageGuard] = None) -> None:
         self.store = store
         self.conn = conn
         self.accounts = accounts
         self.naks = naks
+        self.storage = storage
         self.reads = 0  #: broker reads done (one per refresh outside the cache)
         self._snapshot = _Snapshot([], False, None)
         self._read_at = -CACHE_SECONDS
@@ -189,13 +204,16 @@ class QueueMetrics:
         return out
 
     def describe(self) -> Iterator[Metric]:
-        return self._families(_Snapshot([], False, None))
+        return self._families(_Snapshot([], False, None), _Storage(None, 0, 0))
 
     def collect(self) -> Iterator[Metric]:
-        return self._families(self._snapshot)
+        storage = self.storage
+        return self._families(self._snapshot, _Storage(storage.health if storage else None,
+                                                       storage.refused if storage else 0,
+                                                       self.accounts.supervisor.restarts))
 
     @staticmethod
-    def _families(snapshot: _Snapshot) -> Iterator[Metric]:
+    def _families(snapshot: _Snapshot, storage: _Storage) -> Iterator[Metric]:
         gauges = {name: GaugeMetricFamily(name, text, labels=LABELS) for name, text in QUEUE_GAUGES}
         counters = {name: CounterMetricFamily(name, text, labels=LABELS) for name, text in QUEUE_COUNTERS}
         for project, name, depth, totals in snapshot.queues:
@@ -221,3 +239,26 @@ class QueueMetrics:
         if snapshot.broker_memory is not None:
             memory.add_metric([], snapshot.broker_memory)
         yield memory
+        yield from _storage_families(storage)
+
+
+def _storage_families(storage: _Storage) -> Iterator[Metric]:
+    health = storage.health
+    ok = GaugeMetricFamily("enclave_broker_storage_ok", "1 if the broker's store takes writes: its disk has more "
+                           "free than the headroom and no stream reported a write error; 0 while puts are refused.")
+    free = GaugeMetricFamily("enclave_store_free_bytes", "Bytes free on the filesystem of the broker's store.")
+    errors = GaugeMetricFamily("enclave_broker_store_write_errors",
+                               "Streams of the broker that reported a write error (until it is restarted).")
+    if health is not None:
+        ok.add_metric([], 1 if health.ok else 0)
+        free.add_metric([], health.free_bytes)
+        errors.add_metric([], len(health.write_errors))
+    yield from (ok, free, errors)
+    refused = CounterMetricFamily("enclave_puts_refused", "Puts refused because the broker's store could not take "
+                                  "them (a full disk), answered StorageFull.")
+    refused.add_metric([], storage.refused)
+    yield refused
+    restarts = CounterMetricFamily("enclave_broker_restarts", "Restarts of the broker by the supervisor: after it "
+                                   "died, or to clear its store's write errors once the disk had room again.")
+    restarts.add_metric([], storage.restarts)
+    yield restarts

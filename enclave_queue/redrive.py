@@ -40,7 +40,19 @@ from .envelope import (
     SOURCE_SEQUENCE,
 )
 from .errors import BrokerUnavailable, EnclaveError, NotFound, SpecError, publish_refused
-from .spec import subject_for
+from .spec import (
+    FILTER_RULE,
+    LIST_LIMIT_RULE,
+    MAX_FILTER,
+    MAX_LIST,
+    MAX_REDRIVE_RATE,
+    NAME_RULE,
+    QUEUE_NAME_PATTERN,
+    REDRIVE_MAX_RULE,
+    REDRIVE_RATE_RULE,
+    given,
+    subject_for,
+)
 from .state.records import QueueRecord
 
 if TYPE_CHECKING:
@@ -50,8 +62,16 @@ log = logging.getLogger("enclave.redrive")
 
 READ_BATCH = 200  #: letters read per direct-get request
 CHUNK = 64  #: letters moved at once (publishes pipelined, then deletes)
-MAX_LIST = 500  #: letters one listing may return
 KEEP_FINISHED = 100  #: finished redrive tasks remembered
+
+
+def _text(value: Any, longest: int) -> bool:
+    """A string of 1 to ``longest`` characters that UTF-8 can encode (JSON may carry a lone
+    surrogate, "\\ud800", which no answer could then repeat)."""
+    try:
+        return isinstance(value, str) and 1 <= len(value) <= longest and bool(value.encode())
+    except UnicodeEncodeError:
+        return False
 
 
 class _Stopped(Exception):
@@ -151,9 +171,9 @@ class DeadLetterOps:
     async def list(self, project: str, name: str, limit: int = 50, after: int = 0) -> dict[str, Any]:
         """A page of a queue's letters (its messages, read without leasing them)."""
         if not 1 <= limit <= MAX_LIST:
-            raise SpecError(f"limit must be an integer from 1 to {MAX_LIST} (got {limit}).",
-                            errors=[{"field": "limit", "message": f"must be an integer from 1 to {MAX_LIST}"}])
-        record = await self.service.live(project, name)
+            message = f"must be {LIST_LIMIT_RULE} (got {given(limit)})"
+            raise SpecError(f"limit {message}.", errors=[{"field": "limit", "message": message}])
+        record = await self.service.ready(project, name)
         letters = await self.read(record, after, limit)
         return {
             "dead_letters": [letter.view() for letter in letters],
@@ -184,7 +204,8 @@ class DeadLetterOps:
 
     async def _publish_back(self, record: QueueRecord, letter: Letter, dest: QueueRecord) -> int:
         """Publish ``letter`` to ``dest``; a repeat within the dedupe window stores nothing new."""
-        headers = {**clean_headers(letter.headers), "Nats-Msg-Id": self.provenance.redrive_id(record.id, letter.sequence)}
+        headers = {**clean_headers(letter.headers), "Nats-Msg-Id": self.provenance.redrive_id(record.id, letter.sequence,
+                                                                                        letter.headers)}
         subject = send_subject(dest.id, subject_for(dest.spec.project, dest.spec.name))
         reply = await retry_unavailable(
             lambda: self.conn.control.request(subject, letter.data, timeout=5, headers=headers))
@@ -196,7 +217,7 @@ class DeadLetterOps:
 
     async def retry(self, project: str, name: str, seq: int) -> dict[str, Any]:
         """Send one letter back to its source queue (a new message: its receive count starts over)."""
-        record = await self.service.live(project, name)
+        record = await self.service.ready(project, name)
         letter = await self._letter(record, seq)
         dest = await self._destination(record, letter, None)
         new_seq = await self._move_back(record, letter, dest)
@@ -204,7 +225,7 @@ class DeadLetterOps:
 
     async def discard(self, project: str, name: str, seq: int) -> None:
         """Delete one letter for good."""
-        record = await self.service.live(project, name)
+        record = await self.service.ready(project, name)
         if not await delete_message(self.conn.queue_js(record.id), stream_name(record.id), seq):
             raise NotFound(f"Dead letter {seq} does not exist in queue '{name}'.")
 
@@ -213,14 +234,18 @@ class DeadLetterOps:
     async def start_redrive(self, project: str, name: str, *, to: Optional[str] = None, max: Optional[int] = None,
                             rate: Optional[float] = None, filter_error: Optional[str] = None,
                             dry_run: bool = False) -> dict[str, Any]:
-        """Start moving letters back (to their source queues, or all to ``to``); returns the task."""
-        record = await self.service.live(project, name)
-        if max is not None and max < 1:
-            raise SpecError(f"max must be a positive integer (got {max}).",
-                            errors=[{"field": "max", "message": "must be a positive integer"}])
-        if rate is not None and not 0 < rate <= 100_000:
-            raise SpecError(f"rate must be a number of messages per second from 0 to 100000 (got {rate}).",
-                            errors=[{"field": "rate", "message": "must be from 0 (exclusive) to 100000"}])
+        """Start moving letters back (to their source queues, or all to ``to``); returns the task.
+        SpecError naming the field for a bad option, or a ``to`` that breaks the queue-name rule,
+        names this queue or no queue of the project."""
+        for option, value, ok, phrase in (
+                ("max", max, max is None or (isinstance(max, int) and max >= 1), REDRIVE_MAX_RULE),
+                ("rate", rate, rate is None or 0 < rate <= MAX_REDRIVE_RATE, REDRIVE_RATE_RULE),
+                ("to", to, to is None or (isinstance(to, str) and QUEUE_NAME_PATTERN.fullmatch(to)), NAME_RULE),
+                ("filter_error", filter_error, filter_error is None or _text(filter_error, MAX_FILTER), FILTER_RULE)):
+            if not ok:
+                message = f"must be {phrase} (got {given(value)})"
+                raise SpecError(f"{option} {message}.", errors=[{"field": option, "message": message}])
+        record = await self.service.ready(project, name)
         if to is not None:
             if to == name:
                 raise SpecError("to must name another queue than the one being redriven.",

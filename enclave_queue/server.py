@@ -1,9 +1,11 @@
 """``enclave up``: the whole product in one asyncio process.
 
 Start order: the data dir's lock (one ``enclave up`` per data dir; a second one stops there,
-having touched nothing); a broker a killed predecessor left running is stopped; a check that the
+having touched nothing); a check that its filesystem has room to start (else StorageFull, exit
+9); a broker a killed predecessor left running is stopped; a check that the
 ports are free; the master key; the broker (from the last good configuration); the
-control plane's connections; the state store; the accounts and their configuration; the admin
+control plane's connections; the state store; the accounts and their configuration; the storage
+guard (broker/storage.py: a full disk refuses puts instead of wedging the broker); the admin
 token (first start only); the dead-letter mover, nak counter, reconciler and depth sampler; then
 the HTTP API on 127.0.0.1. ``Runtime.stop`` undoes it in reverse, the broker last, so nothing is
 left running.
@@ -29,8 +31,9 @@ import uvicorn
 from .auth.provenance import Provenance
 from .auth.secrets import MasterKey, write_private
 from .auth.tokens import generate_token, token_digest
-from .broker.config import BrokerConfig
+from .broker.config import CONTROL_STREAM_BYTES, BrokerConfig
 from .broker.connection import BrokerConnection
+from .broker.storage import START_ROOM, StorageGuard, free_bytes
 from .broker.supervisor import Supervisor, free_port
 from .console.sessions import Sessions
 from .controller.accounts import Accounts
@@ -39,7 +42,7 @@ from .controller.desk import Desk
 from .controller.naks import NakCounter
 from .controller.reconciler import Reconciler
 from .controller.sampler import Sampler
-from .errors import BrokerUnavailable, Conflict, EnclaveError
+from .errors import BrokerUnavailable, Conflict, EnclaveError, StorageFull
 from .metrics import ControlMetrics
 from .service import QueueService
 from .settings import ADMIN_TOKEN_FILE, RUNTIME_FILE, EnclaveSettings
@@ -49,6 +52,7 @@ from .state.records import TokenRecord
 log = logging.getLogger("enclave")
 
 LOCK_FILE = "enclave.lock"  #: in ENCLAVE_HOME: flock-ed by the running `enclave up`, holds its PID
+_MIB = 1 << 20
 
 
 class AlreadyRunning(Conflict):
@@ -125,6 +129,24 @@ def _bind(sock: socket.socket, host: str, port: int, setting: str, option: str) 
         raise EnclaveError(f"cannot listen on {host}:{port} ({setting}): {exc.strerror or exc}.") from None
 
 
+def no_room(home: Path) -> StorageFull:
+    """The error for a data dir whose filesystem has too little room to start on."""
+    try:
+        free = f"{free_bytes(home) / _MIB:.1f} MiB"
+    except OSError:
+        free = "too little space"
+    return StorageFull(
+        f"the data dir's filesystem has {free} free; Enclave needs at least {START_ROOM // _MIB} MiB to start "
+        f"(its configuration, logs and first records, and a reserve for writing its configuration when the disk "
+        f"fills). Free some space on the filesystem of {home}, or choose another data dir (ENCLAVE_HOME or --data-dir).")
+
+
+def check_room(home: Path) -> None:
+    """Raise StorageFull (exit 9) if the data dir's filesystem has less than START_ROOM free."""
+    if free_bytes(home) < START_ROOM:
+        raise no_room(home)
+
+
 def check_ports(settings: EnclaveSettings) -> None:
     """Raise PortInUse if a port to listen on is taken now, before anything is started (the bind
     itself, later, says the same if it was taken in between)."""
@@ -158,6 +180,7 @@ class Runtime:
         self.dead_letters: Optional[DeadLetters] = None
         self.naks: Optional[NakCounter] = None
         self.sampler: Optional[Sampler] = None
+        self.storage: Optional[StorageGuard] = None
         self.metrics = ControlMetrics()  #: this runtime's own registry, served at /metrics
         self.service: Optional[QueueService] = None
         self.desk: Optional[Desk] = None
@@ -176,10 +199,21 @@ class Runtime:
         return f"nats://{host}:{self.supervisor.port}"
 
     async def start(self) -> None:
+        """Start everything (see the module's docstring). A filesystem that fills up on the way
+        gives StorageFull, like one too full to start on."""
+        try:
+            await self._start()
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise no_room(self.settings.home) from exc
+            raise
+
+    async def _start(self) -> None:
         s = self.settings
         s.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._lock.acquire()  # before anything else touches the data dir
         os.chmod(s.home, 0o700)
+        check_room(s.home)
         with contextlib.suppress(OSError):
             (s.home / RUNTIME_FILE).unlink()  # a dead process's: the lock was free
         port = s.broker_port or free_port(s.broker_host)
@@ -188,10 +222,12 @@ class Runtime:
         check_ports(s)
         s.log_dir.mkdir(exist_ok=True)
         self.master = MasterKey.load_or_create(s.home, s.master_key)
+        store_bytes = s.file_store
+        CONTROL_STREAM_BYTES.size_for(store_bytes)  # the control streams' sizes, before their owners create them
         base = BrokerConfig(
             host=s.broker_host, port=port, store_dir=s.broker_dir, log_file=s.log_dir / "nats-server.log",
             sync=s.sync, system_nkey=self.master.nkey("system").public,
-            control_nkey=self.master.nkey("control").public, max_file_store=s.file_store,
+            control_nkey=self.master.nkey("control").public, max_file_store=store_bytes,
         )
         self.accounts = Accounts(base, self.supervisor, self.master, s.account_pool, metrics=self.metrics)
         try:
@@ -206,17 +242,21 @@ class Runtime:
         self.supervisor.on_restart = self._broker_restarted
         self.store = await Store.open(self.conn.js)
         await self.accounts.attach(self.store, self.conn)
+        self.storage = StorageGuard(s.broker_dir, store_bytes, self.conn, self.accounts.set_frozen,
+                                    self.accounts.restart_broker)
+        await self.storage.start()
         await self._ensure_admin_token()
         self.dead_letters = DeadLetters(self.store, self.conn, s.sweep_seconds, Provenance.from_master(self.master))
         await self.dead_letters.start()
         self.naks = NakCounter(self.store, self.conn)
         await self.naks.start()
         self.reconciler = Reconciler(self.store, self.conn, self.accounts, s.resync_seconds,
-                                     on_deleted=self.dead_letters.forget, metrics=self.metrics)
+                                     on_deleted=self.dead_letters.forget, metrics=self.metrics, storage=self.storage)
         await self.reconciler.start()
-        self.sampler = Sampler(self.store, self.conn, self.accounts, s.sample_seconds)
+        self.storage.on_change = self.reconciler.reconcile_all  # the queues' statuses tell of the store
+        self.sampler = Sampler(self.store, self.conn, self.accounts, s.sample_seconds, storage=self.storage)
         await self.sampler.start()
-        self.metrics.attach(self.store, self.conn, self.accounts, self.naks)
+        self.metrics.attach(self.store, self.conn, self.accounts, self.naks, self.storage)
         self.service = QueueService(self.store, self.conn, self.accounts, self.master,
                                     lambda: self.broker_url, s.internal_broker_url, self.reconciler.changed)
         self.desk = Desk(self.store, self.conn, self.service, self.dead_letters, self.naks)
@@ -264,14 +304,20 @@ class Runtime:
         self._tokens[digest] = found[0].name
         return found[0].name
 
-    def health(self) -> tuple[bool, str]:
+    def health(self) -> tuple[str, str]:
+        """``(status, detail)``: ``ok``; ``starting``; ``unavailable`` (the broker is down or the
+        control plane cut off from it); ``degraded`` (serving reads, receives and deletes, but the
+        broker's store refuses puts: a full disk, with the guard's sentence as the detail)."""
         if not self.ready:
-            return False, "starting"
+            return "starting", "starting"
         if self.supervisor is None or self.supervisor.pid is None:
-            return False, "the broker is not running"
+            return "unavailable", "the broker is not running"
         if self.conn is None or not self.conn.control.is_connected:
-            return False, "the control plane is not connected to the broker"
-        return True, "ready"
+            return "unavailable", "the control plane is not connected to the broker"
+        problem = self.storage.health.problem if self.storage is not None else None
+        if problem is not None:
+            return "degraded", problem
+        return "ok", "ready"
 
     async def _start_http(self) -> None:
         from .api import create_app
@@ -321,6 +367,8 @@ class Runtime:
                 await self._http_task
         if self.desk is not None:
             await self.desk.stop()
+        if self.storage is not None:
+            await self.storage.stop()  # no freeze or restart of the broker from here on
         if self.service is not None:
             await self.service.dead_letters.stop()
         if self.reconciler is not None:

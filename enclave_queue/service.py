@@ -4,6 +4,11 @@ Declarations: create, list, get, update, delete, status. Credentials and secrets
 hand: send (now or delayed), receive (with a sealed receipt handle), delete by receipt, peek,
 export (every message as it stands, nothing taken) and clear. Every method raises errors from
 ``errors.py`` with one sentence naming the object.
+
+What touches a queue's stream (messages, stats, dead letters, export, clear) first asks
+``ready``: a queue the reconciler has not made Ready yet is a Conflict, "not ready yet", never a
+broker error. Once a queue has been Ready its stream exists until it is deleted, so its id is
+remembered and the status is read once per queue, not once per message.
 """
 
 from __future__ import annotations
@@ -61,8 +66,16 @@ from .errors import (
 from .redrive import DeadLetterOps
 from .spec import (
     MAX_HISTORY_HOURS,
+    MAX_NACK_DELAY,
+    MAX_PEEK,
     MAX_RECEIVE,
     MAX_RECEIVE_WAIT,
+    NACK_DELAY_RULE,
+    PEEK_LIMIT_RULE,
+    PROJECT_PATTERN,
+    QUEUE_NAME_PATTERN,
+    RECEIVE_MAX_RULE,
+    RECEIVE_WAIT_RULE,
     Queue,
     QueuePatch,
     QueueSpec,
@@ -79,13 +92,27 @@ log = logging.getLogger("enclave.service")
 
 RECEIPT_PURPOSE = "receipt"
 SEND_TIMEOUT = 5.0  #: seconds
-MAX_PEEK = 100  #: messages one peek may return
 PRIORITY_POLL = 0.1  #: seconds between looks at every priority lane while a receive by hand waits
-MAX_NACK_DELAY = 43200  #: seconds a message handed back by hand may stay hidden (the longest visibility timeout)
+DELETE_ATTEMPTS = 5  #: times a delete reads the record again when another write came first
 
 
 def _queue_missing(project: str, name: str) -> NotFound:
     return NotFound(f"Queue '{name}' does not exist in project '{project}'.")
+
+
+def not_ready(record: QueueRecord) -> Conflict:
+    """The Conflict of a queue whose stream is not there yet (just created, or its account is
+    being loaded by the broker)."""
+    name, project = record.spec.name, record.spec.project
+    return Conflict(f"Queue '{name}' in project '{project}' is not ready yet; wait until its status is Ready "
+                    f"(GET /v1/projects/{project}/queues/{name}/status?wait_seconds=30).")
+
+
+def was_ready(status: QueueStatus) -> bool:
+    """Whether the reconciler has made the queue Ready at some generation: it is Ready now, or its
+    Ready condition has a reason (a condition that was never true keeps ``NotObserved``, see
+    ``QueueStatus.transition``). A queue Ready once keeps its stream until it is deleted."""
+    return status.state == "Ready" or any(c.type == "Ready" and c.reason != "NotObserved" for c in status.conditions)
 
 
 class QueueService:
@@ -101,6 +128,8 @@ class QueueService:
         self.master = master
         self.broker_url = broker_url
         self.internal_broker_url = internal_broker_url
+        #: ids of queues seen Ready (account ids are never reused: a deleted queue's account goes)
+        self._ready: set[str] = set()
 
     # -- declarations ---------------------------------------------------------------------------
 
@@ -117,6 +146,8 @@ class QueueService:
         )
 
     async def _get(self, project: str, name: str) -> tuple[QueueRecord, int]:
+        if not (PROJECT_PATTERN.fullmatch(project) and QUEUE_NAME_PATTERN.fullmatch(name)):
+            raise _queue_missing(project, name)  # names nothing (and is no state-store key)
         found = await self.store.queues.get(queue_key(project, name))
         if found is None:
             raise _queue_missing(project, name)
@@ -129,6 +160,17 @@ class QueueService:
             raise _queue_missing(project, name)
         return record
 
+    async def ready(self, project: str, name: str) -> QueueRecord:
+        """The record of a live queue whose stream is there; NotFound, or Conflict (``not_ready``)
+        while the reconciler has not made it Ready yet. The status is read until it has been."""
+        record = await self.live(project, name)
+        if record.id not in self._ready:
+            found = await self.store.status.get(record.key)
+            if found is None or not was_ready(found[0]):
+                raise not_ready(record)
+            self._ready.add(record.id)
+        return record
+
     async def list(self, project: str) -> list[Queue]:
         records = await self.store.queues.items(f"{project}.*")
         return [self.view(r) for _, r, _ in sorted(records, key=lambda item: item[0]) if not r.deleting]
@@ -137,6 +179,9 @@ class QueueService:
         return self.view(await self.live(project, name))
 
     async def _check_dead_letter_queue(self, spec: QueueSpec) -> None:
+        """SpecError naming dead_letter_queue if it names no live queue of the project, or a queue
+        whose own chain of dead-letter queues leads back here: a cycle (a → b → a) would leave
+        each queue of it another's DLQ, so none could ever be deleted."""
         dlq = spec.dead_letter_queue
         if dlq is None:
             return
@@ -144,6 +189,18 @@ class QueueService:
         if found is None or found[0].deleting:
             message = f"names queue '{dlq}', which does not exist in project '{spec.project}'"
             raise SpecError(f"dead_letter_queue {message}.", errors=[{"field": "dead_letter_queue", "message": message}])
+        chain = [spec.name, dlq]
+        record = found[0]
+        while record.spec.dead_letter_queue is not None and record.spec.dead_letter_queue not in chain[1:]:
+            chain.append(record.spec.dead_letter_queue)
+            if chain[-1] == spec.name:
+                message = f"names queue '{dlq}', which would form a cycle {' → '.join(chain)}"
+                raise SpecError(f"dead_letter_queue {message}: a queue's dead letters must end somewhere.",
+                                errors=[{"field": "dead_letter_queue", "message": message}])
+            nxt = await self.store.queues.get(queue_key(spec.project, chain[-1]))
+            if nxt is None or nxt[0].deleting:
+                return
+            record = nxt[0]
 
     async def create(self, spec: QueueSpec) -> Queue:
         """Declare a queue. Conflict if the name is taken; SpecError if the DLQ does not exist;
@@ -190,22 +247,29 @@ class QueueService:
         raise Conflict(f"Queue '{name}' in project '{project}' kept changing; try again.")
 
     async def delete(self, project: str, name: str) -> None:
-        """Start deleting a queue (the reconciler finishes it). Conflict if it is another queue's DLQ."""
-        record, revision = await self._get(project, name)
-        if record.deleting:
+        """Start deleting a queue (the reconciler finishes it); a queue already being deleted is
+        left to it. Conflict if it is another live queue's DLQ; NotFound if it does not exist. A
+        record written by someone else meanwhile (a PATCH, another delete, the reconciler removing
+        it) is read again, not answered as a Conflict: those are the store's compare-and-set."""
+        for _ in range(DELETE_ATTEMPTS):
+            record, revision = await self._get(project, name)
+            if record.deleting:
+                return
+            users = [r.spec.name for _, r, _ in await self.store.queues.items(f"{project}.*")
+                     if r.spec.dead_letter_queue == name and not r.deleting]
+            if users:
+                raise Conflict(
+                    f"Queue '{name}' is the dead-letter queue of queue '{users[0]}' in project '{project}'; "
+                    "change or delete that queue first."
+                )
+            changed = record.model_copy(update={"deleting": True, "generation": record.generation + 1})
+            try:
+                await self.store.queues.update(record.key, changed, revision)
+            except Conflict:
+                continue
+            self._ready.discard(record.id)
             return
-        users = [r.spec.name for _, r, _ in await self.store.queues.items(f"{project}.*")
-                 if r.spec.dead_letter_queue == name and not r.deleting]
-        if users:
-            raise Conflict(
-                f"Queue '{name}' is the dead-letter queue of queue '{users[0]}' in project '{project}'; "
-                "change or delete that queue first."
-            )
-        changed = record.model_copy(update={"deleting": True, "generation": record.generation + 1})
-        try:
-            await self.store.queues.update(record.key, changed, revision)
-        except Conflict:
-            raise Conflict(f"Queue '{name}' in project '{project}' changed while being deleted; try again.") from None
+        raise Conflict(f"Queue '{name}' in project '{project}' kept changing while being deleted; try again.")
 
     async def status(self, project: str, name: str) -> dict[str, Any]:
         """The queue's state and conditions. A spec the reconciler has not applied yet reads as
@@ -250,12 +314,12 @@ class QueueService:
 
     async def depth(self, project: str, name: str) -> Depth:
         """How many messages the queue holds now, and where they are (see depth.py)."""
-        record = await self.live(project, name)
+        record = await self.ready(project, name)
         dlq = await self._dead_letter_queue(record)
         try:
             return await read_depth(self.conn, record.id, dlq.id if dlq else None)
         except UNAVAILABLE:
-            raise Conflict(f"Queue '{name}' in project '{project}' is not ready yet.") from None
+            raise not_ready(record) from None
 
     async def _dead_letter_queue(self, record: QueueRecord) -> Optional[QueueRecord]:
         """The record of the queue's dead-letter queue, if it has one that is live."""
@@ -344,7 +408,7 @@ class QueueService:
                             errors=[{"field": "delay_seconds", "message": message}]) from None
         if dedupe_key is not None:
             check_dedupe_key(dedupe_key)
-        record = await self.live(project, name)
+        record = await self.ready(project, name)
         limit = record.spec.max_message_bytes
         if len(body) > limit:
             raise MessageTooLarge(
@@ -376,12 +440,12 @@ class QueueService:
 
     async def _publish(self, record: QueueRecord, subject: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
         """Publish to ``subject`` (in the queue's account) and return the broker's answer (PubAck or error)."""
-        name, project = record.spec.name, record.spec.project
+        name = record.spec.name
         try:
             reply = await retry_unavailable(lambda: self.conn.control.request(
                 send_subject(record.id, subject), body, timeout=SEND_TIMEOUT, headers=headers or None))
         except UNAVAILABLE:
-            raise Conflict(f"Queue '{name}' in project '{project}' is not ready yet.") from None
+            raise not_ready(record) from None
         except nats.errors.TimeoutError as exc:
             raise BrokerUnavailable(f"The broker did not confirm the message to queue '{name}' in time.") from exc
         return json.loads(reply.data)
@@ -399,14 +463,14 @@ class QueueService:
         try:
             return await retry_unavailable(lambda: self.conn.queue_js(record.id).stream_info(stream_name(record.id)))
         except (*UNAVAILABLE, nats.js.errors.NotFoundError):
-            raise Conflict(f"Queue '{record.spec.name}' in project '{record.spec.project}' is not ready yet.") from None
+            raise not_ready(record) from None
 
     async def _consumer_info(self, record: QueueRecord, consumer: str = CONSUMER) -> Any:
         try:
             return await retry_unavailable(
                 lambda: self.conn.queue_js(record.id).consumer_info(stream_name(record.id), consumer))
         except (*UNAVAILABLE, nats.js.errors.NotFoundError):
-            raise Conflict(f"Queue '{record.spec.name}' in project '{record.spec.project}' is not ready yet.") from None
+            raise not_ready(record) from None
 
     @staticmethod
     def _levels(record: QueueRecord) -> tuple[int, ...]:
@@ -424,12 +488,12 @@ class QueueService:
     async def receive(self, project: str, name: str, max_messages: int = 1, wait: float = 1.0) -> list[dict[str, Any]]:
         """Take up to ``max_messages`` messages, waiting up to ``wait`` seconds for the first.
         Each stays hidden for the visibility timeout unless deleted by its receipt."""
-        for field, value, ok in (("max", max_messages, 1 <= max_messages <= MAX_RECEIVE),
-                                 ("wait", wait, 0 <= wait <= MAX_RECEIVE_WAIT)):
+        for field, value, ok, phrase in (("max", max_messages, 1 <= max_messages <= MAX_RECEIVE, RECEIVE_MAX_RULE),
+                                         ("wait", wait, 0 <= wait <= MAX_RECEIVE_WAIT, RECEIVE_WAIT_RULE)):
             if not ok:
-                message = f"must be {rule(field)} (got {value!r})"
+                message = f"must be {phrase} (got {value!r})"
                 raise SpecError(f"{field} {message}.", errors=[{"field": field, "message": message}])
-        record = await self.live(project, name)
+        record = await self.ready(project, name)
         if record.spec.priorities:
             msgs = await self._take_by_priority(record, max_messages, wait)
         else:
@@ -452,11 +516,13 @@ class QueueService:
         try:
             sub = await retry_unavailable(lambda: js.pull_subscribe_bind(consumer, stream=stream_name(record.id)))
         except UNAVAILABLE:
-            raise Conflict(f"Queue '{record.spec.name}' in project '{record.spec.project}' is not ready yet.") from None
+            raise not_ready(record) from None
         try:
             return await sub.fetch(count, timeout=max(wait, 0.05))
         except (nats.errors.TimeoutError, TimeoutError):  # nats-py raises either when nothing came
             return []
+        except UNAVAILABLE:  # nobody answers for the consumer: the broker is loading the account
+            raise not_ready(record) from None
         finally:
             await sub.unsubscribe()
 
@@ -511,9 +577,9 @@ class QueueService:
     async def peek(self, project: str, name: str, limit: int = 10) -> list[dict[str, Any]]:
         """The oldest ``limit`` messages, waiting or in flight, read without receiving them."""
         if not 1 <= limit <= MAX_PEEK:
-            message = f"must be an integer from 1 to {MAX_PEEK} (got {limit!r})"
+            message = f"must be {PEEK_LIMIT_RULE} (got {limit!r})"
             raise SpecError(f"limit {message}.", errors=[{"field": "limit", "message": message}])
-        record = await self.live(project, name)
+        record = await self.ready(project, name)
         peeked = []
         for letter in await self.dead_letters.read(record, 0, limit):
             view = letter.view()
@@ -552,7 +618,7 @@ class QueueService:
         """Hand a received message back by its receipt: visible again after ``delay`` seconds
         (at once by default). The receive it used still counts toward ``max_receives``."""
         if not 0 <= delay <= MAX_NACK_DELAY:
-            message = f"must be a number of seconds from 0 to {MAX_NACK_DELAY} (got {delay!r})"
+            message = f"must be {NACK_DELAY_RULE} (got {delay!r})"
             raise SpecError(f"delay {message}.", errors=[{"field": "delay", "message": message}])
         record = await self.live(project, name)
         sealed = self._unseal_receipt(record, receipt)

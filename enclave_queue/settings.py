@@ -31,7 +31,9 @@ MIN_METRICS_TOKEN = 16  #: characters; a metrics token is a secret too
 
 #: share of the data dir's filesystem the broker's store may take unless ENCLAVE_MAX_FILE_STORE says
 STORE_SHARE = 0.8
-MIN_FILE_STORE = 512 << 20  #: bytes; the control state's reservation (464 MiB) fits with room for a queue
+#: bytes; the control state's reservation on a store this small (20 MiB: broker/config.py
+#: ``control_reserve``) fits with room for queues
+MIN_FILE_STORE = 64 << 20
 SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
               "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
 SIZE_RULE = "a size in bytes, optionally with a unit (K, M, G, T: powers of 1024), such as 20G"

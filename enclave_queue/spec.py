@@ -3,11 +3,15 @@
 ``QueueSpec`` is a whole declaration, ``QueuePatch`` a partial change of one, and ``Queue``
 the object the API returns (its keys are exactly the OpenTofu ``enclave_queue`` attributes).
 An invalid spec is refused when submitted with a sentence naming the field and its rule
-(``spec_error``), never discovered later as a broken queue.
+(``spec_error``), never discovered later as a broken queue. Types are strict (pydantic strict
+mode): a number is a JSON integer, never ``true``, ``"30"`` or ``30.0``, and a flag is ``true``
+or ``false``, never ``"yes"`` or ``1``. Whoever has text (the console's forms, the CLI's options)
+converts it before it builds a spec.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any, Optional
 
@@ -74,7 +78,8 @@ MAX_BACKOFF_STEPS = 20
 BACKOFF_RULE = (f"a list of 1–{MAX_BACKOFF_STEPS} whole seconds, each from {LIMITS['visibility_timeout_seconds'][0]} "
                 f"to {LIMITS['visibility_timeout_seconds'][2]}")
 BackoffStep = Annotated[int, Field(ge=LIMITS["visibility_timeout_seconds"][0], le=LIMITS["visibility_timeout_seconds"][2])]
-Backoff = Annotated[tuple[BackoffStep, ...], Field(min_length=1, max_length=MAX_BACKOFF_STEPS)]
+#: a JSON array (a list) is taken for the tuple (strict=False on the tuple only: its steps stay strict)
+Backoff = Annotated[tuple[BackoffStep, ...], Field(min_length=1, max_length=MAX_BACKOFF_STEPS, strict=False)]
 
 #: bytes the broker allows on top of max_message_bytes, for headers: a body of the queue's
 #: largest size still fits with its own headers, and so does its dead letter (the mover adds
@@ -117,17 +122,38 @@ MAX_DEDUPE_KEY = 128  #: characters of a dedupe key (sent as the message's Nats-
 DEDUPE_KEY_RULE = f"a text of 1 to {MAX_DEDUPE_KEY} printable characters"
 MAX_RECEIVE = 100  #: messages one receive by hand may take
 MAX_RECEIVE_WAIT = 20  #: seconds a receive by hand may wait
+MAX_PEEK = 100  #: messages one peek may return
+MAX_LIST = 500  #: dead letters one listing may return
+MAX_NACK_DELAY = 43200  #: seconds a message handed back by hand may stay hidden (the longest visibility timeout)
+MAX_REDRIVE_RATE = 100_000  #: letters a second a redrive may move at most
+MAX_FILTER = 1024  #: characters of a redrive's filter_error
+MAX_STATUS_WAIT = 60  #: seconds a status call may wait for the queue to settle
 MAX_HISTORY_HOURS = 168  #: hours of depth history one request may span (samples are kept 7 days)
 
-#: rules of request fields that are not queue settings (messages by hand)
+#: rules of request fields that are not queue settings, by route: two routes may give one name
+#: ("max", "limit") two meanings, so each route names its own. The API puts each in its field's
+#: description, where its OpenAPI document shows it and its 422s find it (api/problems.py).
+RECEIVE_MAX_RULE = f"an integer from 1 to {MAX_RECEIVE}"
+RECEIVE_WAIT_RULE = f"a number of seconds from 0 to {MAX_RECEIVE_WAIT}"
+PEEK_LIMIT_RULE = f"an integer from 1 to {MAX_PEEK}"
+LIST_LIMIT_RULE = f"an integer from 1 to {MAX_LIST}"
+AFTER_RULE = f"a sequence number from 0 to {MAX_SEQUENCE}"
+NACK_DELAY_RULE = f"a number of seconds from 0 to {MAX_NACK_DELAY}"
+REDRIVE_MAX_RULE = "an integer of 1 or more"
+REDRIVE_RATE_RULE = f"a number of letters per second, more than 0 and at most {MAX_REDRIVE_RATE}"
+FILTER_RULE = f"a text of 1 to {MAX_FILTER} characters"
+FLAG_RULE = "true or false"
+STATUS_WAIT_RULE = f"a number of seconds from 0 to {MAX_STATUS_WAIT}"
+HOURS_RULE = f"an integer from 1 to {MAX_HISTORY_HOURS}"
+BASE64_RULE = "standard base64 text (A–Z, a–z, 0–9, '+', '/', '=' padding)"
+
+#: the rules of request fields whose name means one thing on every route
 REQUEST_RULES = {
-    "max": f"an integer from 1 to {MAX_RECEIVE}",
-    "wait": f"a number of seconds from 0 to {MAX_RECEIVE_WAIT}",
-    "limit": "an integer from 1 to 500",
-    "after": "a sequence number (0 or more)",
-    "filter_error": "a text of 1 to 1024 characters",
-    "hours": f"an integer from 1 to {MAX_HISTORY_HOURS}",
+    "filter_error": FILTER_RULE,
+    "hours": HOURS_RULE,
     "dedupe_key": DEDUPE_KEY_RULE,
+    "dry_run": FLAG_RULE,
+    "body_base64": BASE64_RULE,
 }
 
 
@@ -150,7 +176,8 @@ def scheduled_delay(receive_count: int, backoff: list[float]) -> float:
 
 
 def rule(field: str) -> str:
-    """The rule a field's value must follow, as a phrase ('an integer from 1 to 336')."""
+    """The rule a field's value must follow, as a phrase ('an integer from 1 to 336'); 'valid'
+    for a field without one (a route's own fields carry theirs in their description)."""
     if field in REQUEST_RULES:
         return REQUEST_RULES[field]
     if field in LIMITS:
@@ -170,7 +197,7 @@ def rule(field: str) -> str:
 class QueueSpec(BaseModel):
     """A whole queue declaration. Frozen: change a queue through ``QueuePatch``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: QueueName
     project: ProjectName = DEFAULT_PROJECT
@@ -239,7 +266,7 @@ class QueueSpec(BaseModel):
 class QueuePatch(BaseModel):
     """A partial change: only the fields given are changed; ``dead_letter_queue: null`` removes it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     dead_letter_queue: Optional[QueueName] = None
     max_message_bytes: Optional[int] = _bounded("max_message_bytes", default=False)
@@ -307,12 +334,24 @@ def subject_for(project: str, name: str) -> str:
     return f"queue.{project}.{name}"
 
 
-def _field_message(error: dict[str, Any], unknown: str) -> tuple[str, str]:
+def given(value: Any) -> str:
+    """A refused value as the sentence shows it: JSON's ``true``, ``false`` and ``null`` as JSON
+    spells them (a request is JSON), anything else as ``shown`` quotes it."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return shown(value)
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN else f"{text[:40]}… ({len(text)} characters)"
+
+
+def _field_message(error: dict[str, Any], unknown: str, rules: dict[str, str]) -> tuple[str, str]:
     loc = [str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path")]
     field = ".".join(loc) or "body"
     setting = loc[0] if loc else "body"  # retry_backoff_seconds.2 follows retry_backoff_seconds' rule
     kind = error.get("type", "")
-    given = error.get("input")
+    value = given(error.get("input"))
+    phrase = rules.get(setting) or rule(setting)
     if kind == "missing":
         return field, "is required"
     if kind == "json_invalid":
@@ -323,18 +362,20 @@ def _field_message(error: dict[str, Any], unknown: str) -> tuple[str, str]:
         # a model-level rule, whose message starts with the field it is about
         field, _, message = str(error["ctx"]["error"]).partition(" ")
         return field, message
-    if rule(setting) == "valid":
-        return field, f"is not valid: {str(error.get('msg', '')).lower()} (got {given!r})"
-    return setting, f"must be {rule(setting)} (got {given!r})"
+    if phrase == "valid":
+        return field, f"is not valid: {str(error.get('msg', '')).lower()} (got {value})"
+    return setting, f"must be {phrase} (got {value})"
 
 
-def spec_error(exc: ValidationError | list[dict[str, Any]], unknown: str = "a queue setting") -> SpecError:
+def spec_error(exc: ValidationError | list[dict[str, Any]], unknown: str = "a queue setting",
+               rules: Optional[dict[str, str]] = None) -> SpecError:
     """Turn a pydantic validation failure into one SpecError naming every bad field and its rule
-    (``unknown`` says what an unexpected field is not)."""
+    (``unknown`` says what an unexpected field is not; ``rules``, a route's own rules of its
+    fields, come before the shared ones of ``rule``)."""
     raw = exc.errors() if isinstance(exc, ValidationError) else exc
     errors: list[dict[str, str]] = []
     for item in raw:
-        field, message = _field_message(item, unknown)
+        field, message = _field_message(item, unknown, rules or {})
         if all(e["field"] != field for e in errors):  # one sentence per field
             errors.append({"field": field, "message": message})
     return SpecError("; ".join(f"{e['field']} {e['message']}" for e in errors) + ".", errors=errors)

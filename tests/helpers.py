@@ -74,6 +74,15 @@ async def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: 
     raise AssertionError(f"condition not met within {timeout:g} s (last value: {last!r})")
 
 
+def problem(response: Any, status: int, title: str) -> dict[str, Any]:
+    """The JSON problem of an API answer, checked: its status, content type, title and detail."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert (body["status"], body["title"]) == (status, title) and body["detail"]
+    return body
+
+
 def make_queue(stack: EnclaveStack, name: str, project: str = "default", **settings: Any) -> dict[str, Any]:
     """Create a queue through the API and wait until it is Ready; returns its credentials."""
     with stack.admin() as admin:

@@ -2,7 +2,8 @@
 
 ``create_app(runtime)`` takes the running control plane (see server.py); the API is stateless
 beyond it. In front of every route: the request guard (guard.py: the token, then the body
-limit, before any body is read); on every route: its path parameters checked (paths.py).
+limit, before any body is read); on every route: its path parameters checked (paths.py). The
+OpenAPI document is served at ``/openapi.json``, behind the token too (openapi.py).
 """
 
 from __future__ import annotations
@@ -12,18 +13,19 @@ from typing import Any
 from fastapi import Depends, FastAPI
 
 from .. import console
-from . import problems
+from . import openapi, problems
 from .auth import require_token
-from .guard import RequestGuard
+from .guard import OPENAPI_PATH, RequestGuard
 from .paths import check_path, uncovered
 from .routes import deadletters, health, messages, metrics, queues, secrets
 
 
 def create_app(runtime: Any) -> FastAPI:
-    app = FastAPI(title="Enclave Queues", version="1", docs_url=None, redoc_url=None, openapi_url=None,
+    app = FastAPI(title="Enclave Queues", version="1", docs_url=None, redoc_url=None, openapi_url=OPENAPI_PATH,
                   dependencies=[Depends(check_path)])
     app.state.runtime = runtime
     problems.install(app)
+    openapi.install(app)
     app.add_middleware(RequestGuard)
     app.include_router(health.router)
     guarded = [Depends(require_token)]

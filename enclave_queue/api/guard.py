@@ -1,7 +1,8 @@
 """The request guard: an ASGI middleware in front of the app that does what must happen before
 anything reads a request's body.
 
-1. Every ``/v1/`` request is authenticated first (auth.authenticate): without a valid token or
+1. Every ``/v1/`` request, and the OpenAPI document (``/openapi.json``: what a caller without a
+   token has no need to read), is authenticated first (auth.authenticate): without a valid token or
    session it is answered 401 (403 for a cookie without its CSRF token) and its body is never
    read; the server stops reading it once its buffer is full, and closes the connection after
    the answer. (FastAPI reads and parses a body before it runs any dependency.)
@@ -32,6 +33,12 @@ MiB = 1024 * 1024
 SEND_BODY_LIMIT = 8 * MiB
 BODY_LIMIT = 1 * MiB  #: bytes of any other request (specs, patches, options, forms: a few hundred)
 SEND_PATH = re.compile(r"/v1/projects/[^/]+/queues/[^/]+/messages")
+OPENAPI_PATH = "/openapi.json"
+
+
+def needs_token(path: str) -> bool:
+    """Whether the guard authenticates a request to ``path`` before the app sees it."""
+    return path.startswith("/v1/") or path == OPENAPI_PATH
 
 
 def body_limit(method: str, path: str) -> int:
@@ -67,7 +74,7 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["path"].startswith("/v1/"):
+        if needs_token(scope["path"]):
             try:
                 scope[CALLER] = await authenticate(HTTPConnection(scope))
             except EnclaveError as exc:

@@ -1,21 +1,45 @@
-"""Errors as RFC 9457 JSON problems: ``{"type", "title", "status", "detail", "errors"}``."""
+"""Errors as RFC 9457 JSON problems: ``{"type", "title", "status", "detail", "errors"}``.
+
+Every error the app answers is one, whoever raised it: the error tree (errors.py), a request
+FastAPI could not validate or parse (422 naming the field, or ``body``), Starlette's 404 and
+405 (with ``Allow``), the guard's 401 and 413 (guard.py), and a broker that did not answer
+anywhere in a route (503 ``Broker unavailable`` with ``Retry-After``, never a 500).
+"""
 
 from __future__ import annotations
 
 import logging
+import typing
 from typing import Any
 
+import nats.errors
+import nats.js.errors
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
-from ..errors import EnclaveError, SpecError, Unauthorized
+from ..errors import BrokerUnavailable, EnclaveError, SpecError, Unauthorized
 from ..spec import spec_error
+from .paths import endpoints
 
 log = logging.getLogger("enclave.api")
 
 MEDIA_TYPE = "application/problem+json"
+RETRY_AFTER = "1"  #: seconds a client should wait before it asks again after a 503
+
+#: what a broker that does not answer raises, anywhere in a route (nats-py's TimeoutError is
+#: also the builtin one; no responders: a JetStream API that is being reloaded)
+BROKER_ERRORS: tuple[type[BaseException], ...] = (
+    TimeoutError, nats.errors.TimeoutError, nats.errors.NoServersError, nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError, nats.errors.NoRespondersError,
+    nats.js.errors.ServiceUnavailableError,
+)
+
+#: FastAPI's answer to a body it could not decode (not UTF-8, nested past the parser's depth)
+PARSE_FAILURE = "There was an error parsing the body"
 
 
 def problem(status: int, title: str, detail: str, errors: list[dict[str, Any]] | None = None,
@@ -27,8 +51,13 @@ def problem(status: int, title: str, detail: str, errors: list[dict[str, Any]] |
 
 
 def from_error(exc: EnclaveError) -> JSONResponse:
-    """The problem for an error of the tree (a 401 says which scheme it wants)."""
-    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    """The problem for an error of the tree (a 401 says which scheme it wants, a 503 when to
+    ask again)."""
+    headers = None
+    if isinstance(exc, Unauthorized):
+        headers = {"WWW-Authenticate": "Bearer"}
+    elif isinstance(exc, BrokerUnavailable):
+        headers = {"Retry-After": RETRY_AFTER}
     return problem(exc.status, exc.title, exc.message, exc.errors, headers)
 
 
@@ -36,6 +65,46 @@ def wants_page(request: Request) -> bool:
     """A console page (not the API, not /metrics) asked for by a browser."""
     path = request.url.path
     return not path.startswith(("/v1/", "/metrics", "/healthz")) and "text/html" in request.headers.get("accept", "")
+
+
+def route_rules(request: Request) -> dict[str, str]:
+    """The rules of the matched route's own fields: the descriptions of its query parameters and
+    of its body model's fields (``Query(description=…)``, ``Field(description=…)``), so that a
+    name two routes share ("limit", "max") is explained by the route that was asked."""
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is None:
+        return {}
+    rules = {param.name: param.field_info.description for param in dependant.query_params
+             if param.field_info.description}
+    for param in dependant.body_params:
+        annotation = param.field_info.annotation
+        for model in (annotation, *typing.get_args(annotation)):
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                rules.update({name: field.description for name, field in model.model_fields.items()
+                              if field.description})
+    return rules
+
+
+def allowed_methods(request: Request) -> str:
+    """The ``Allow`` header of a 405: every method some route of this path takes (Starlette
+    names only those of the first route that matched the path)."""
+    path = request.url.path
+    methods: set[str] = set()
+    for route in endpoints(request.app.routes):
+        if route.path and route.methods and compile_path(route.path)[0].match(path):
+            methods |= set(route.methods)
+    return ", ".join(sorted(methods))
+
+
+def _parse_failure(exc: StarletteHTTPException) -> SpecError:
+    cause = exc.__cause__
+    if isinstance(cause, UnicodeError):
+        message = "is not valid JSON (it is not UTF-8 text)"
+    elif isinstance(cause, RecursionError):
+        message = "is not valid JSON here (it is nested too deeply)"
+    else:
+        message = "is not valid JSON"
+    return SpecError(f"body {message}.", errors=[{"field": "body", "message": message}])
 
 
 def install(app: FastAPI) -> None:
@@ -52,16 +121,29 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         # typed request bodies and query strings (queue specs are checked by parse_spec)
-        error = spec_error(list(exc.errors()), "a field of this request")
-        return problem(SpecError.status, SpecError.title, error.message, error.errors)
+        error = spec_error(list(exc.errors()), "a field of this request", route_rules(request))
+        return from_error(error)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 400 and detail == PARSE_FAILURE:
+            return from_error(_parse_failure(exc))
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"There is no route {request.url.path}."
-        title = getattr(exc, "title", None) or ("Not found" if exc.status_code == 404 else detail)
-        return problem(exc.status_code, title, detail)
+        if exc.status_code == 405:
+            headers["Allow"] = allowed_methods(request) or headers.get("Allow", "")
+            detail = f"{request.url.path} does not take {request.method}; it takes {headers['Allow']}."
+        title = getattr(exc, "title", None) or {404: "Not found", 405: "Method Not Allowed"}.get(exc.status_code, detail)
+        return problem(exc.status_code, title, detail, headers=headers or None)
+
+    async def broker_error(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("%s %s: the broker did not answer: %r", request.method, request.url.path, exc)
+        return from_error(BrokerUnavailable("The broker did not answer in time; try again shortly."))
+
+    for kind in BROKER_ERRORS:
+        app.add_exception_handler(kind, broker_error)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

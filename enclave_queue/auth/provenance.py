@@ -68,13 +68,19 @@ class Provenance:
             return dict(headers)
         return {k: v for k, v in headers.items() if k not in FIELDS and k != envelope.PROVENANCE}
 
-    def _id(self, kind: str, queue_id: str, sequence: int) -> str:
-        return f"{kind}:{self._digest(kind, queue_id, str(sequence)).hex()[:32]}"
+    def _id(self, kind: str, *parts: str) -> str:
+        return f"{kind}:{self._digest(kind, *parts).hex()[:32]}"
 
     def move_id(self, source_id: str, sequence: int) -> str:
         """The ``Nats-Msg-Id`` of the mover's copy of message ``sequence`` of queue ``source_id``."""
-        return self._id("dlq", source_id, sequence)
+        return self._id("dlq", source_id, str(sequence))
 
-    def redrive_id(self, dlq_id: str, sequence: int) -> str:
-        """The ``Nats-Msg-Id`` of a redrive's copy of letter ``sequence`` of dead-letter queue ``dlq_id``."""
-        return self._id("redrive", dlq_id, sequence)
+    def redrive_id(self, dlq_id: str, sequence: int, headers: Mapping[str, str]) -> str:
+        """The ``Nats-Msg-Id`` of a redrive's copy of letter ``sequence`` of dead-letter queue
+        ``dlq_id`` (``headers`` as vouched for): a letter the mover wrote is named by where it came
+        from, so a replay of it on the dead-letter queue is the same copy; any other by its place."""
+        source = headers.get(envelope.SOURCE_SEQUENCE)
+        if source:
+            origin = (headers.get(envelope.SOURCE_PROJECT, ""), headers.get(envelope.SOURCE_QUEUE, ""), source)
+            return self._id("redrive", dlq_id, *origin)
+        return self._id("redrive", dlq_id, str(sequence))

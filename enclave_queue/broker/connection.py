@@ -130,12 +130,12 @@ class BrokerConnection:
         """A JetStream context that speaks to one queue account's JetStream API."""
         return self.control.jetstream(prefix=jsapi_prefix(queue_id), timeout=timeout)
 
-    async def _server_request(self, verb: str) -> dict[str, Any]:
+    async def _server_request(self, verb: str, body: bytes = b"", timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
         server_id = (self.system._server_info or {}).get("server_id")
         if not server_id or not self.system.is_connected:
             raise BrokerUnavailable("The broker's system connection is down.")
         try:
-            reply = await self.system.request(f"$SYS.REQ.SERVER.{server_id}.{verb}", b"", timeout=REQUEST_TIMEOUT)
+            reply = await self.system.request(f"$SYS.REQ.SERVER.{server_id}.{verb}", body, timeout=timeout)
         except Exception as exc:
             raise BrokerUnavailable(f"The broker did not answer {verb}: {exc!r}") from exc
         body = json.loads(reply.data)
@@ -150,6 +150,12 @@ class BrokerConnection:
     async def varz(self) -> dict[str, Any]:
         """The server's general statistics (memory, connections, uptime)."""
         return await self._server_request("VARZ")
+
+    async def healthz(self, timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+        """The server's health with details: ``{"status": "ok"}``, or ``"error"`` with ``errors``, a
+        list of ``{"type", "account", "stream", "error"}``. The only place nats-server 2.15 reports
+        a stream whose store failed to write (``type`` STREAM, "write error: …"; broker/storage.py)."""
+        return await self._server_request("HEALTHZ", b'{"details": true}', timeout)
 
     async def close(self) -> None:
         """Drain both connections (what was published reaches the broker), within DRAIN_TIMEOUT."""

@@ -2,7 +2,8 @@
 
 The supervisor validates every configuration with ``nats-server -t -c`` before it is used, writes
 it atomically (a bad configuration never replaces a good one), starts the server, restarts it
-when it dies (from the last good configuration), and stops it by PID. Reloads are requested by
+when it dies (from the last good configuration), restarts it on request (``restart``: the storage
+guard's way to clear a store's write errors, broker/storage.py), and stops it by PID. Reloads are requested by
 the caller through ``$SYS.REQ.SERVER.<id>.RELOAD`` (see broker/connection.py), which answers
 once the server has applied the file (SIGHUP would give no such answer).
 
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import BrokerUnavailable, EnclaveError
+from .tasks import keep_running
 
 log = logging.getLogger("enclave.broker")
 
@@ -151,7 +153,25 @@ class Supervisor:
             await self.write_config(text)
         self._stopping = False
         await self._spawn()
-        self._watch = asyncio.create_task(self._watch_loop(), name="broker-watch")
+        self._watch = keep_running(self._watch_loop, "broker-watch")
+
+    async def restart(self) -> None:
+        """Stop the running server (SIGTERM, SIGKILL after STOP_TIMEOUT) and start it again from the
+        configuration on disk; returns once it accepts connections, having called ``on_restart``.
+        If it does not start, the watch goes on trying as after a crash."""
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        try:
+            await self._terminate()
+            log.warning("nats-server stopped for a restart")
+            await self._spawn()
+        finally:
+            if not self._stopping:
+                self._watch = keep_running(self._watch_loop, "broker-watch")
+        self.restarts += 1
+        await self._restarted()
 
     async def _spawn(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -161,9 +181,19 @@ class Supervisor:
                 stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
                 env=child_env(), preexec_fn=_die_with_parent,
             )
-        self._pid_file.write_text(f"{self._proc.pid}\n")
+        try:
+            self._pid_file.write_text(f"{self._proc.pid}\n")
+        except OSError as exc:  # a full disk: the server runs all the same; a stale one is found by its command line
+            log.warning("could not write %s: %s", self._pid_file, exc)
         log.info("nats-server started (pid %d) on %s", self._proc.pid, self.url)
         await self._wait_ready()
+
+    async def _restarted(self) -> None:
+        if self.on_restart is not None:
+            try:
+                await self.on_restart()
+            except Exception:  # the server runs; what the callback updates is repaired later
+                log.exception("after the nats-server restart")
 
     async def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
@@ -197,14 +227,13 @@ class Supervisor:
             await asyncio.sleep(delay)
             try:
                 await self._spawn()
-            except BrokerUnavailable as exc:
+            except (BrokerUnavailable, OSError) as exc:  # OSError: no room for a process or its files
                 log.error("nats-server restart failed: %s", exc)
                 delay = min(delay * 2, RESTART_BACKOFF[1])
                 continue
             delay = RESTART_BACKOFF[0]
             self.restarts += 1
-            if self.on_restart is not None:
-                await self.on_restart()
+            await self._restarted()
 
     async def stop(self) -> None:
         """Stop the server by PID: SIGTERM, then SIGKILL after STOP_TIMEOUT."""
@@ -213,18 +242,21 @@ class Supervisor:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
-        proc = self._proc
-        if proc is None:  # never started: nothing to stop, and the PID file is not ours
+        if self._proc is None:  # never started: nothing to stop, and the PID file is not ours
             return
-        if proc.returncode is None:
+        await self._terminate()
+        self._pid_file.unlink(missing_ok=True)
+        log.info("nats-server stopped")
+
+    async def _terminate(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
             proc.terminate()
             try:
                 await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
-        self._pid_file.unlink(missing_ok=True)
-        log.info("nats-server stopped")
 
     async def stop_stale(self) -> None:
         """Stop the server recorded in the PID file if it is a nats-server running this

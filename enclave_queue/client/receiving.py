@@ -10,6 +10,11 @@ own, then looks at what arrived before handing it over (``_arrived``):
 - messages tried before get their ``last_error`` from the control plane, one request a batch;
 - a ``lease_s`` other than the broker's starts the message's lease keeper (message.py).
 
+A restarted broker forgets the pull requests it holds, and nothing tells the client. So a wait is
+asked in requests of at most PULL_SLICE seconds, each sent when the last ended, and a request
+still unanswered is sent again as soon as the connection is back (``Queue._reconnected``). Every
+way in returns by its deadline, PULL_GRACE later if the broker does not answer at all.
+
 On a queue with ``priorities`` every level 1–9 has a consumer of its own (a lane). A receive
 asks the lanes in turn, highest first, without waiting, until it has its batch; if none had a
 message it long-polls all of them at once (``_pull_any``). So of the messages waiting when a
@@ -42,18 +47,32 @@ if TYPE_CHECKING:
 MAX_BATCH = 1000  #: messages one pull may ask for
 MAX_GET_WAIT = 60.0  #: seconds one get may wait
 ITERATE_WAIT = 20.0  #: seconds one long poll of iterate waits before it asks again
+#: seconds one pull request waits at most: a longer wait is asked in pieces, each sent when the last
+#: ended, so a pull request the broker forgot (it restarted) costs at most this much of a wait
+PULL_SLICE = 5.0
+PULL_GRACE = 0.25  #: seconds past its expiry an unanswered pull request is waited for (the broker is down)
+NO_WAIT_ANSWER = 1.0  #: seconds a pull that does not wait for messages waits for the broker's answer, at least
+MIN_SLICE = 0.01  #: seconds: a wait shorter than this is asked without waiting
 PREFETCH_SETTLE = 0.25  #: seconds an iteration left early gives its prefetch to finish taking what was there
 _STATUS = "Status"
 
 
 class _Pull:
-    __slots__ = ("want", "messages", "done", "unanswered")
+    __slots__ = ("want", "messages", "done", "unanswered", "status", "ended")
 
     def __init__(self, want: int, done: asyncio.Future[None]) -> None:
         self.want = want
         self.messages: list[Msg] = []
         self.done = done
         self.unanswered = False  #: the broker said "no responders" (a configuration reload)
+        self.status: Optional[str] = None  #: how the current request ended ("408": expired, "404": nothing, …)
+        self.ended = 0  #: requests of the current round that ended (one a lane: ``_pull_any``)
+
+    def again(self) -> None:
+        """Before the next request: a new future for it to end (``_fail_all`` fails the current one)."""
+        if self.done.done():
+            self.done = asyncio.get_running_loop().create_future()
+        self.unanswered, self.status, self.ended = False, None, 0
 
 
 def _wait_rule(field: str, value: Any, high: float) -> float:
@@ -64,16 +83,28 @@ def _wait_rule(field: str, value: Any, high: float) -> float:
 
 
 class Receiving:
-    async def _pull(self: Queue, batch: int, *, expires: float = 0.0, level: int = 0) -> list[Msg]:
-        """One pull request: up to ``batch`` messages; waits up to ``expires`` seconds (0 = none).
-        Each pull has its own inbox: delivered messages keep their original subject, so only
-        the subscription tells whose they are. A request the broker did not take ("no
-        responders" during a configuration reload) is sent again."""
+    async def _pull(self: Queue, batch: int, *, wait: float = 0.0, level: int = 0,
+                    answer_by: Optional[float] = None) -> list[Msg]:
+        """Up to ``batch`` messages, waiting up to ``wait`` seconds for the first (0 = not at all),
+        from the consumer of ``level``. Each pull has its own inbox: delivered messages keep their
+        original subject, so only the subscription tells whose they are.
+
+        A restarted broker forgets pull requests, so a long wait is asked in requests of at most
+        PULL_SLICE seconds, and a request is sent again when the connection comes back, when the
+        broker did not take it ("no responders": JetStream starting, or a configuration reload), and
+        when it went unanswered. It returns by the end of ``wait`` (PULL_GRACE later if the broker
+        does not answer); a pull that does not wait, by ``answer_by`` (default: NO_WAIT_ANSWER from
+        now). Messages beyond ``batch`` (two requests both answered) are given back at once."""
         self._check_open()
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        if answer_by is None:
+            answer_by = deadline + PULL_GRACE if wait > 0 else loop.time() + NO_WAIT_ANSWER
         token = f"p{next(self._ids)}"
         pull = _Pull(batch, loop.create_future())
         self._waiting[token] = pull
+        inbox = f"{self._mux}.pull.{token}"  # .<request>: outside the reply wildcard's reach
+        current = 0  #: the request whose end counts (a message from any of them does)
 
         async def collect(msg: Msg) -> None:
             status = msg.headers.get(_STATUS) if msg.headers else None
@@ -81,34 +112,58 @@ class Receiving:
                 pull.messages.append(msg)
                 if len(pull.messages) < batch:
                     return
-            elif status == "100":  # idle heartbeat
+            elif status == "100" or msg.subject.rsplit(".", 1)[1] != str(current):  # a heartbeat; an older request
                 return
-            elif status == "503":
-                pull.unanswered = True
+            else:
+                pull.status = status
+                pull.unanswered = status == "503"
             if not pull.done.done():
                 pull.done.set_result(None)
 
-        inbox = f"{self._mux}.pull.{token}"  # two tokens: outside the reply wildcard's reach
-        sub = await self._nc.subscribe(inbox, cb=collect)
-        request: dict[str, Any] = {"batch": batch}
-        if expires > 0:
-            request["expires"] = int(expires * 1e9)
-        else:
-            request["no_wait"] = True
-        deadline = loop.time() + expires + 5.0
+        sub = await self._nc.subscribe(f"{inbox}.*", cb=collect)
+        subject = self._next_subject if level == 0 else self._lane_next(level)
         delay = 0.01
-        next_subject = self._next_subject if level == 0 else self._lane_next(level)
+        send, waits, buffered, answer_at = True, False, False, 0.0
+        reconnect = self._reconnect
         try:
             while True:
-                await self._nc.publish(next_subject, json.dumps(request).encode(), reply=inbox)
-                await asyncio.wait_for(asyncio.shield(pull.done), max(deadline - loop.time(), 0.001))
-                if not pull.unanswered or pull.messages or loop.time() + delay > deadline:
+                if send:
+                    self._check_open()
+                    self._waiting[token] = pull  # again: a failure meanwhile took it out and ended only the last
+                    current += 1
+                    piece = min(deadline - loop.time(), PULL_SLICE)
+                    waits = piece >= MIN_SLICE
+                    request: dict[str, Any] = {"batch": batch - len(pull.messages)}
+                    if waits:
+                        request["expires"] = int(piece * 1e9)
+                    else:
+                        request["no_wait"] = True
+                    buffered = not self._nc.is_connected  # nats-py sends it when the connection is back
+                    reconnect = self._reconnect
+                    await self._nc.publish(subject, json.dumps(request).encode(), reply=f"{inbox}.{current}")
+                    answer_at = loop.time() + (piece + PULL_GRACE if waits else NO_WAIT_ANSWER)
+                until = answer_by if buffered and loop.time() >= answer_at else min(answer_at, answer_by)
+                await asyncio.wait({pull.done, reconnect}, timeout=max(until - loop.time(), 0.001),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                ended = pull.done.done()
+                if ended:
+                    pull.done.result()  # raises PermissionDenied, Unauthorized or "Client is closed."
+                if len(pull.messages) >= batch or (ended and pull.messages):
                     break
-                pull.unanswered, pull.done = False, loop.create_future()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.25)
-        except TimeoutError:
-            pass
+                now = loop.time()
+                if now >= (deadline if waits else answer_by) or (ended and not waits and not pull.unanswered):
+                    break  # the wait is over, or the broker answered that nothing is there
+                lost = reconnect.done()
+                if lost:
+                    reconnect = self._reconnect
+                # a request that ended, or went unanswered, is sent again; after a reconnect so is one sent
+                # before it, and a waiting one in any case (one nats-py buffered went out late: its expiry too)
+                send = ended or (now >= answer_at and not buffered) or (lost and (waits or not buffered))
+                buffered = buffered and not lost
+                if ended and pull.status != "408":  # not "expired": no responders, or an odd end; not at once
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.25)
+                pull.again()
         except asyncio.CancelledError:
             self._orphaned(pull.messages)
             raise
@@ -116,6 +171,9 @@ class Receiving:
             self._waiting.pop(token, None)
             with contextlib.suppress(nats.errors.Error):  # the connection may be closing
                 await sub.unsubscribe()
+        if len(pull.messages) > batch:
+            self._orphaned(pull.messages[batch:])
+            del pull.messages[batch:]
         return pull.messages
 
     def _orphaned(self: Queue, msgs: list[Msg]) -> None:
@@ -133,27 +191,56 @@ class Receiving:
         """A long poll of every priority lane at once (one message each), ended by the first message
         to arrive. The other lanes' pull requests end with the inbox: the broker delivers nothing
         to a pull request whose reply subject nobody listens to any more (measured). A message a
-        lane sent just before that is kept too; the highest priority comes first."""
+        lane sent just before that is kept too; the highest priority comes first. As ``_pull``, it
+        asks in rounds of at most PULL_SLICE seconds, and asks again at once when every lane's
+        request ended or the connection came back; it returns by the end of ``wait`` (PULL_GRACE
+        later if the broker does not answer)."""
         self._check_open()
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
         token = f"p{next(self._ids)}"
         pull = _Pull(1, loop.create_future())  # failed by a permission denial or close
         self._waiting[token] = pull
+        inbox = f"{self._mux}.pull.{token}"  # .<round>.<lane>
+        current = 0  #: the round whose requests' ends count
 
         async def collect(msg: Msg) -> None:
-            if msg.headers and msg.headers.get(_STATUS):  # heartbeats, the end of a lane's request
+            status = msg.headers.get(_STATUS) if msg.headers else None
+            if status is None:
+                pull.messages.append(msg)
+            elif status == "100" or msg.subject.rsplit(".", 2)[1] != str(current):  # a heartbeat; an older round
                 return
-            pull.messages.append(msg)
+            else:  # a lane's request ended
+                pull.ended += 1
+                pull.status = status if pull.status in (None, "408") else pull.status
+                if pull.ended < len(levels):
+                    return
             if not pull.done.done():
                 pull.done.set_result(None)
 
-        sub = await self._nc.subscribe(f"{self._mux}.pull.{token}.*", cb=collect)
-        request = json.dumps({"batch": 1, "expires": int(wait * 1e9)}).encode()
+        sub = await self._nc.subscribe(f"{inbox}.*.*", cb=collect)
+        delay = 0.01
         try:
-            for level in levels:
-                await self._nc.publish(self._lane_next(level), request, reply=f"{self._mux}.pull.{token}.{level}")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(pull.done), wait + 1.0)
+            while True:
+                piece = min(deadline - loop.time(), PULL_SLICE)
+                if piece < MIN_SLICE:
+                    break
+                self._check_open()
+                self._waiting[token] = pull  # again: a failure meanwhile took it out and ended only the last
+                current += 1
+                request = json.dumps({"batch": 1, "expires": int(piece * 1e9)}).encode()
+                reconnect = self._reconnect
+                for level in levels:
+                    await self._nc.publish(self._lane_next(level), request, reply=f"{inbox}.{current}.{level}")
+                await asyncio.wait({pull.done, reconnect}, timeout=piece + PULL_GRACE, return_when=asyncio.FIRST_COMPLETED)
+                if pull.done.done():
+                    pull.done.result()  # raises PermissionDenied, Unauthorized or "Client is closed."
+                if pull.messages or loop.time() >= deadline:
+                    break
+                if pull.done.done() and pull.status != "408":  # no responders, or an odd end: not at once
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.25)
+                pull.again()
         except asyncio.CancelledError:
             self._orphaned(pull.messages)
             raise
@@ -203,18 +290,21 @@ class Receiving:
         if lease_s is not None:
             lease_s = envelope.check_lease(lease_s)
         levels = await self._levels()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        answer_by = max(deadline, loop.time() + NO_WAIT_ANSWER)  # a broker down all the while: back by then
         if levels == (0,):
-            msgs = await self._pull(batch)
-            if not msgs and wait > 0:
-                msgs = await self._pull(1, expires=wait)
+            msgs = await self._pull(batch, answer_by=answer_by)
+            if not msgs and deadline - loop.time() >= MIN_SLICE:
+                msgs = await self._pull(1, wait=deadline - loop.time())
                 if msgs and batch > 1:
                     msgs += await self._pull(batch - 1)
             return await self._arrive(msgs, lease_s)
-        msgs = await self._take_by_priority(levels, batch)
-        if not msgs and wait > 0:
-            msgs = await self._pull_any(levels, wait)
+        msgs = await self._take_by_priority(levels, batch, answer_by)
+        if not msgs and deadline - loop.time() >= MIN_SLICE:
+            msgs = await self._pull_any(levels, deadline - loop.time())
             if msgs and batch > len(msgs):
-                msgs += await self._take_by_priority(levels, batch - len(msgs))
+                msgs += await self._take_by_priority(levels, batch - len(msgs), loop.time() + NO_WAIT_ANSWER)
         messages = await self._arrive(msgs, lease_s)
         for extra in messages[batch:]:  # two lanes answered the long poll at once: not spent
             with contextlib.suppress(EnclaveError):
@@ -229,12 +319,14 @@ class Receiving:
             self._orphaned(msgs)
             raise
 
-    async def _take_by_priority(self: Queue, levels: tuple[int, ...], batch: int) -> list[Msg]:
-        """Up to ``batch`` messages without waiting, from the highest priority lane down."""
+    async def _take_by_priority(self: Queue, levels: tuple[int, ...], batch: int, answer_by: float) -> list[Msg]:
+        """Up to ``batch`` messages without waiting, from the highest priority lane down; no lane is
+        asked after ``answer_by`` (the broker did not answer meanwhile)."""
+        loop = asyncio.get_running_loop()
         msgs: list[Msg] = []
         for level in levels:
-            msgs += await self._pull(batch - len(msgs), level=level)
-            if len(msgs) == batch:
+            msgs += await self._pull(batch - len(msgs), level=level, answer_by=max(answer_by, loop.time() + PULL_GRACE))
+            if len(msgs) == batch or loop.time() >= answer_by:
                 break
         return msgs
 

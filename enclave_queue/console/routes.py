@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import secrets
 from pathlib import Path
 from typing import Any, Optional
@@ -27,7 +28,7 @@ from ..api.paths import QUEUE_TABS, check_path_params
 from ..auth.tokens import token_digest
 from ..errors import Conflict, EnclaveError, SpecError
 from ..service import QueueService
-from ..spec import LIMITS, MAX_PRIORITY, MIN_PRIORITY, MUTABLE, NAME_RULE, parse_patch, parse_spec, rule
+from ..spec import LIMITS, MAX_PRIORITY, MIN_PRIORITY, MUTABLE, NAME_RULE, parse_patch, parse_spec, rule, shown
 from . import cookies
 from .proxies import TrustedProxies
 from .sessions import Session, same_token
@@ -113,27 +114,48 @@ async def frame(request: Request, session: Session, project: str, **extra: Any) 
     return {"session": session, "project": project, "projects": projects, **extra}
 
 
-def field_errors(exc: EnclaveError) -> dict[str, str]:
-    return {e["field"].split(".")[0]: e["message"] for e in exc.errors}
+def field_errors(exc: EnclaveError, form: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """Each bad field's message, by field; with the ``form``, a number is shown as it was typed."""
+    return {e["field"].split(".")[0]: as_typed(e["message"], form) for e in exc.errors}
+
+
+def as_typed(message: str, form: Optional[dict[str, str]]) -> str:
+    """``message`` with each number a form field sent shown as the text that was typed ('999'),
+    not as the integer the console made of it (settings_from_form)."""
+    for key in LIMITS:
+        text = (form or {}).get(key, "").strip()
+        if WHOLE_NUMBER.fullmatch(text):
+            message = message.replace(f"(got {int(text)})", f"(got {shown(text)})")
+    return message
+
+
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]{1,19}")  #: what a number field's text may be (ASCII digits)
+
+
+def form_number(text: str) -> int | str:
+    """A number field's text as an int; text that is no whole number stays text, for the strict
+    spec to refuse with the field's name and rule ("must be an integer from 1 to 336 (got 'x')")."""
+    return int(text) if WHOLE_NUMBER.fullmatch(text) else text
 
 
 def settings_from_form(form: dict[str, str]) -> dict[str, Any]:
-    """Form strings as a spec: empty numbers are left out (their defaults apply), an empty
-    dead-letter queue or backoff means none, the backoff is a comma-separated list, and the
-    priorities checkbox is sent only when ticked (turning them on; they never go off)."""
+    """Form strings as a spec (whose types are strict: the form's text is converted here): empty
+    numbers are left out (their defaults apply), an empty dead-letter queue or backoff means
+    none, the backoff is a comma-separated list, and the priorities checkbox is sent only when
+    ticked (turning them on; they never go off)."""
     data: dict[str, Any] = {}
     for key in LIMITS:
         value = form.get(key, "").strip()
         if value:
-            data[key] = value
+            data[key] = form_number(value)
     if "dead_letter_queue" in form:
         data["dead_letter_queue"] = form["dead_letter_queue"].strip() or None
     if "retry_backoff_seconds" in form:
         text = form["retry_backoff_seconds"].strip()
-        data["retry_backoff_seconds"] = [part.strip() for part in text.replace(" ", ",").split(",") if part.strip()] \
-            if text else None
+        data["retry_backoff_seconds"] = [form_number(part.strip()) for part in text.replace(" ", ",").split(",")
+                                         if part.strip()] if text else None
     if "priorities" in form:
-        data["priorities"] = form["priorities"]
+        data["priorities"] = True  # a checkbox is posted only when ticked, whatever its value
     return data
 
 
@@ -242,8 +264,8 @@ async def create_queue(request: Request, project: str) -> Response:
         spec = parse_spec({"name": name, "project": project, **settings_from_form(form)})
         await service(request).create(spec)
     except (SpecError, Conflict) as exc:
-        errors = field_errors(exc) if exc.errors else {"name": exc.message} if isinstance(exc, Conflict) else {}
-        context = await frame(request, session, project, values=form, errors=errors, detail=exc.message)
+        errors = field_errors(exc, form) if exc.errors else {"name": exc.message} if isinstance(exc, Conflict) else {}
+        context = await frame(request, session, project, values=form, errors=errors, detail=as_typed(exc.message, form))
         context["queues"] = [q.name for q in await service(request).list(project)]
         return page(request, "new_queue.html", context, status=exc.status)
     return RedirectResponse(f"/projects/{project}/queues/{name}/settings?created=1", status_code=303)
@@ -286,7 +308,7 @@ async def update_queue(request: Request, project: str, name: str) -> Response:
         await service(request).update(project, name, parse_patch({k: v for k, v in data.items() if k in MUTABLE}))
     except (SpecError, Conflict) as exc:
         context = await queue_context(request, session, project, name, "settings", values=form,
-                                      errors=field_errors(exc), detail=exc.message)
+                                      errors=field_errors(exc, form), detail=as_typed(exc.message, form))
         return page(request, "queue.html", context, status=exc.status)
     return RedirectResponse(f"/projects/{project}/queues/{name}/settings?created=1", status_code=303)
 

@@ -30,15 +30,17 @@ import nats.js.errors
 from ..auth.secrets import MasterKey, SealError, generate_password, hash_password
 from ..auth.users import stream_name
 from ..broker.config import (
-    CONTROL_RESERVE,
     DEFAULT_ACCOUNT_BYTES,
     PLATFORM_ACCOUNTS,
     AccountEntry,
     BrokerConfig,
+    Refusal,
+    control_reserve,
     render,
 )
 from ..broker.connection import BrokerConnection
 from ..broker.supervisor import Supervisor
+from ..broker.tasks import log_failure
 from ..errors import EnclaveError, StorageFull
 from ..state.kv import Store
 from ..state.records import AccountRecord
@@ -52,6 +54,10 @@ SEAL_PURPOSE = "queue-password"
 #: seconds between the end of one reload and the start of the next: changes that arrive
 #: meanwhile share the next reload (each reload briefly disturbs every account's JetStream API)
 RELOAD_GAP = 0.05
+#: share of the store the spare accounts may reserve together: on a small store the pool shrinks
+#: (to none below 256 MiB with the default 64 MiB a spare) rather than take the room of queues
+SPARE_SHARE = 0.25
+REFILL_RETRY = (1.0, 30.0)  #: seconds: first and longest wait before a failed refill tries again
 
 
 def new_account_id() -> str:
@@ -105,6 +111,7 @@ class Accounts:
         self._last_reload = 0.0  #: monotonic time the last reload ended
         self._refill: Optional[asyncio.Task[None]] = None
         self._claiming = asyncio.Lock()
+        self.refusal: Refusal = "off"  #: how far the queue accounts' puts are refused (broker/storage.py)
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -160,8 +167,7 @@ class Accounts:
                 await asyncio.sleep(gap)  # let more changes join this reload
             target = self._requested
             entries = self.entries()
-            # ~0.15 s at 1000 accounts: rendered in a thread so the API and reconciles go on
-            text = await asyncio.to_thread(render, replace(self.base, accounts=entries))
+            text = await self._render(entries)
             rewritten = await self.supervisor.write_config(text)  # True: the file had been changed
             if rewritten or text != self._loaded_text:
                 started = time.perf_counter()
@@ -185,6 +191,29 @@ class Accounts:
             self._applied_bytes = {e.id: e.max_bytes for e in entries}
             self._done = target
 
+    async def _render(self, entries: tuple[AccountEntry, ...]) -> str:
+        # ~0.15 s at 1000 accounts: rendered in a thread so the API and reconciles go on
+        return await asyncio.to_thread(render, replace(self.base, accounts=entries, refusal=self.refusal))
+
+    async def set_frozen(self, frozen: bool) -> None:
+        """Refuse (``frozen``) or take the queue accounts' puts (broker/storage.py): the running
+        broker gets it in two reloads, "ready" between (broker/config.py ``queue_account``)."""
+        steps: tuple[Refusal, Refusal] = ("ready", "frozen" if frozen else "off")
+        for step in steps:
+            self.refusal = step
+            await self.sync()
+
+    async def restart_broker(self) -> None:
+        """Restart the broker from the configuration, thawed (broker/storage.py: the only way to
+        clear its store's write errors). Under the reload lock, so that no reload is sent to the
+        broker while it stops (it would be lost, and hold the lock until it timed out)."""
+        async with self._lock:
+            self.refusal = "off"
+            text = await self._render(self.entries())
+            await self.supervisor.write_config(text)
+            self._loaded_text = text  # what the restarted broker runs
+            await self.supervisor.restart()
+
     def broker_restarted(self) -> None:
         """The supervisor restarted the broker from the file on disk: that file is what runs."""
         with contextlib.suppress(OSError):
@@ -201,7 +230,8 @@ class Accounts:
 
     def reserved(self, excluding: Optional[str] = None) -> int:
         """Bytes of the broker's store reserved: the control state's and every account's limit."""
-        return CONTROL_RESERVE + sum(account_bytes(r) for r, _ in self._records.values() if r.id != excluding)
+        return control_reserve(self.base.max_file_store) + sum(
+            account_bytes(r) for r, _ in self._records.values() if r.id != excluding)
 
     def check_room(self, max_bytes: int, account_id: Optional[str] = None, what: str = "The queue") -> None:
         """StorageFull unless ``max_bytes`` fits in the store beside every other reservation
@@ -307,27 +337,50 @@ class Accounts:
         await self.sync()
         self._remove_store_dirs(keep=set(self._records))
 
+    def spare_room(self) -> bool:
+        """Whether one more spare account fits: in the store beside every reservation, and within
+        SPARE_SHARE of it with the other spares."""
+        capacity = self.base.max_file_store
+        if not capacity:
+            return True
+        spares = sum(account_bytes(r) for r in self.pooled())
+        if spares + DEFAULT_ACCOUNT_BYTES > capacity * SPARE_SHARE:
+            return False
+        try:
+            self.check_room(DEFAULT_ACCOUNT_BYTES, what="A spare account")
+        except StorageFull:
+            return False
+        return True
+
     def refill(self) -> None:
         """Top the pool up in the background (one reload for the lot)."""
         if self._refill is None or self._refill.done():
             self._refill = asyncio.create_task(self._refill_pool(), name="account-pool")
+            self._refill.add_done_callback(log_failure)  # nothing it raises goes unseen
 
     async def _refill_pool(self) -> None:
         """Until the pool is full of accounts the broker runs: claims made while a refill reloads
-        are topped up by the next round of the same task."""
-        try:
-            while True:
-                while len(self.pooled()) < self.pool_size:
-                    try:
-                        self.check_room(DEFAULT_ACCOUNT_BYTES, what="A spare account")
-                    except StorageFull:
-                        break  # the store is spoken for: creates take a new account, reloading
+        are topped up by the next round of the same task. A round that fails (the broker down, its
+        disk full) is tried again after a wait that grows, so the pool never stays empty unseen."""
+        delay = REFILL_RETRY[0]
+        while True:
+            try:
+                while len(self.pooled()) < self.pool_size and self.spare_room():
                     await self._new_record(owner=None)
                 if all(r.id in self.applied for r in self.pooled()):
                     return
                 await self.sync()
-        except (EnclaveError, nats.errors.Error, OSError) as exc:
-            log.warning("could not refill the account pool: %s", exc)
+                delay = REFILL_RETRY[0]
+            except asyncio.CancelledError:
+                raise
+            except (EnclaveError, nats.errors.Error, OSError, TimeoutError) as exc:
+                log.warning("could not refill the account pool (trying again in %.0f s): %s", delay, exc)
+            except Exception:
+                log.exception("could not refill the account pool (trying again in %.0f s)", delay)
+            else:
+                continue
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, REFILL_RETRY[1])
 
     async def stop(self) -> None:
         if self._refill is not None:

@@ -18,8 +18,8 @@ A move: read the message by sequence; publish it to the DLQ with a ``Nats-Msg-Id
 of the queue id and the sequence (a repeated move within the DLQ's dedupe window stores nothing
 new, and no app can guess the id to pre-empt it) and headers naming the source, the receive
 count, the first enqueue time, the last error the app reported and when it was dead-lettered,
-signed with an ``Enclave-Provenance`` MAC (auth/provenance.py); then delete it from the source; then count it; then
-ack the advisory. A queue without a DLQ has the message discarded after its last receive,
+signed with an ``Enclave-Provenance`` MAC (auth/provenance.py); then count it (once: a repeated
+move counts nothing again); then delete it from the source; then ack the advisory. A queue without a DLQ has the message discarded after its last receive,
 counted as discarded.
 
 Apps report errors by publishing a note to ``enclave.errors.<message id>`` in their own account
@@ -80,7 +80,8 @@ ERRORS_SLACK = 100
 ERROR_NOTE_BYTES = 2048  #: bytes one stored note may take (a note is cut to 1 KiB: envelope.one_line)
 PROBE = json.dumps({"batch": 1, "no_wait": True, "max_bytes": 1}).encode()
 #: fault injection for the tests: "exit-after-dlq-publish" kills the process between the copy to
-#: the dead-letter queue and the delete from the source, as a crash would
+#: the dead-letter queue and the count, "exit-after-dead-letter-count" between the count and the
+#: delete from the source, as a crash would
 FAULT = os.environ.get("ENCLAVE_FAULT", "")
 
 
@@ -246,11 +247,16 @@ class DeadLetters:
             outcome = "moved"
         else:
             outcome = "discarded"
+        # counted before the delete, once: a move cut short after the count and repeated finds the
+        # message still there and counts nothing again; one cut short before it counts it then
+        await self.store.count(record.key, "dead_lettered" if outcome == "moved" else "discarded",
+                               once=f"move:{seq}")
+        if FAULT == "exit-after-dead-letter-count":
+            os._exit(70)
         await delete_message(source, stream, seq)
         if spec.dead_letter_queue is None or noted is not None:  # the note has served; without a DLQ, unread
             with contextlib.suppress(nats.js.errors.NotFoundError, nats.errors.Error):
                 await self.conn.js.purge_stream(ERRORS_STREAM, subject=errors_subject(record.id, noted_as))
-        await self.store.count(record.key, "dead_lettered" if outcome == "moved" else "discarded")
         if outcome == "moved":
             self.moved += 1
         else:

@@ -402,9 +402,9 @@ async def drop_expired(conn: BrokerConnection, store: Store, record: QueueRecord
         info = await retry_unavailable(lambda: js.consumer_info(stream, consumer))
         if seq <= info.delivered.stream_seq:
             return 0  # a worker took it in time; it is that worker's now
+    await store.count(record.key, "expired", once=f"expire:{seq}")  # before the delete: a repeat counts nothing
     if not await delete_message(js, stream, seq):
         return 0
-    await store.count(record.key, "expired")
     with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
         await conn.js.purge_stream(ERRORS_STREAM, subject=errors_subject(record.id, envelope.message_id(headers, seq)))
     return 1

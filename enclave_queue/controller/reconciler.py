@@ -4,7 +4,9 @@ It learns of changes from a watch on the queue bucket and, every ``resync_second
 looks at every queue again, so drift made behind its back (a stream or consumer deleted or
 changed) is repaired. One reconcile at a time per queue, queues in parallel. Each outcome is
 written as the queue's status: ``Ready``, ``Errored`` with the error's text, or ``Deleting``;
-a queue whose latest spec is not yet applied reads as ``Reconciling``.
+a queue whose latest spec is not yet applied reads as ``Reconciling``. While the broker's store
+cannot take writes (broker/storage.py: a full disk), a reconciled queue reads ``Errored`` with
+reason ``StorageFull`` and the guard's sentence, and ``Ready`` again once it can.
 
 Deleting a queue: its stream goes first (its files with it), then its account and user leave
 the broker (their connections are cut), then its records. A control process killed at any step
@@ -26,6 +28,8 @@ import nats.js.errors
 
 from ..auth.users import CONSUMER, stream_name
 from ..broker.connection import BrokerConnection
+from ..broker.storage import StorageGuard
+from ..broker.tasks import keep_running
 from ..errors import BrokerUnavailable, EnclaveError, StorageFull
 from ..state.kv import Store
 from ..state.records import QueueRecord, QueueStatus, State
@@ -63,8 +67,9 @@ class PermanentError(EnclaveError):
 class Reconciler:
     def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, resync_seconds: float,
                  on_deleted: Optional[Callable[[str], Awaitable[None]]] = None,
-                 metrics: Optional[ControlMetrics] = None) -> None:
+                 metrics: Optional[ControlMetrics] = None, storage: Optional[StorageGuard] = None) -> None:
         self.store = store
+        self.storage = storage  #: its health is part of every queue's status
         self.metrics = metrics
         self.on_deleted = on_deleted  #: called with a deleted queue's id (the mover drops its notes)
         self.conn = conn
@@ -85,10 +90,12 @@ class Reconciler:
     async def start(self) -> None:
         for key, _, _ in await self.store.queues.items():
             self.enqueue(key)
-        self._tasks = [
-            asyncio.create_task(self._watch(), name="reconciler-watch"),
-            asyncio.create_task(self._resync(), name="reconciler-resync"),
-        ]
+        self._tasks = [keep_running(self._watch, "reconciler-watch"), keep_running(self._resync, "reconciler-resync")]
+
+    async def reconcile_all(self) -> None:
+        """Reconcile every queue soon (the store's health changed: their statuses say so)."""
+        for key, _, _ in await self.store.queues.items():
+            self.enqueue(key)
 
     async def stop(self) -> None:
         for timer in self._timers.values():
@@ -150,7 +157,11 @@ class Reconciler:
                 await self._finalize(record)
             else:
                 message = await self.reconcile(record)
-                await self._set_status(record, "Ready", message, "Reconciled")
+                problem = self.storage.health.problem if self.storage is not None else None
+                if problem is None:
+                    await self._set_status(record, "Ready", message, "Reconciled")
+                else:
+                    await self._set_status(record, "Errored", f"{problem[0].upper()}{problem[1:]}.", "StorageFull")
             self._failures.pop(key, None)
         except asyncio.CancelledError:
             raise

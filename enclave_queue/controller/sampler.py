@@ -31,6 +31,8 @@ from nats.js import api
 
 from ..broker.config import CONTROL_STREAM_BYTES
 from ..broker.connection import BrokerConnection, ensure_stream
+from ..broker.storage import StorageGuard
+from ..broker.tasks import keep_running
 from ..depth import Depth, depth_reads, read_depths
 from ..errors import BrokerUnavailable, EnclaveError
 from ..state.kv import Store
@@ -41,9 +43,10 @@ log = logging.getLogger("enclave.sampler")
 
 SAMPLES_STREAM = "ENCLAVE_SAMPLES"
 KEEP_SECONDS = 7 * 24 * 3600.0  #: how long a sample is kept
-#: bytes; the oldest samples go first past this. A sample takes 57 bytes (measured), so 1000 queues
-#: sampled every 60 s keep about 3 days of history, 100 queues the full 7
-MAX_BYTES = CONTROL_STREAM_BYTES[SAMPLES_STREAM]
+#: the stream's max_bytes is CONTROL_STREAM_BYTES[SAMPLES_STREAM], sized for the store when the
+#: sampler starts (256 MiB from a 1 GiB store up): the oldest samples go first past it. A sample
+#: takes 57 bytes (measured), so at 256 MiB 1000 queues sampled every 60 s keep about 3 days of
+#: history, 100 queues the full 7
 PUBLISH_TIMEOUT = 10.0  #: seconds a round's PubAcks may take
 READ_BATCH = 2000  #: samples one direct-get request returns
 READ_TIMEOUT = 10.0  #: seconds one direct-get request may take
@@ -85,11 +88,13 @@ def _rfc3339(when: datetime) -> str:
 class Sampler:
     """Samples every live queue's depth every ``sample_seconds``, in the control process."""
 
-    def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, sample_seconds: float) -> None:
+    def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, sample_seconds: float,
+                 storage: Optional[StorageGuard] = None) -> None:
         self.store = store
         self.conn = conn
         self.accounts = accounts
         self.sample_seconds = sample_seconds
+        self.storage = storage  #: while its store is short of space, no samples take what is left
         self.rounds = 0
         self.samples = 0  #: samples stored since start
         self._task: Optional[asyncio.Task[None]] = None
@@ -97,11 +102,11 @@ class Sampler:
     async def start(self) -> None:
         config = api.StreamConfig(
             name=SAMPLES_STREAM, subjects=[samples_subject("*")], retention=api.RetentionPolicy.LIMITS,
-            storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=MAX_BYTES,
+            storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=CONTROL_STREAM_BYTES[SAMPLES_STREAM],
             discard=api.DiscardPolicy.OLD, allow_direct=True, num_replicas=1,
         )
         await ensure_stream(self.conn.js, config)
-        self._task = asyncio.create_task(self._rounds(), name="depth-sampler")
+        self._task = keep_running(self._rounds, "depth-sampler")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -116,6 +121,8 @@ class Sampler:
             # a round that overran its period starts the next one now, without catching up
             due = max(due + self.sample_seconds, time.monotonic())
             await asyncio.sleep(due - time.monotonic())
+            if self.storage is not None and not self.storage.health.ok:
+                continue  # the room left on the disk is for the control state's records
             try:
                 await self.sample()
             except asyncio.CancelledError:

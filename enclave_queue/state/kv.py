@@ -39,6 +39,8 @@ OP_TIMEOUT = 5.0
 #: nats-server 2.15 refuses a stream's 1001st consumer (measured): 1000 listings of one bucket
 #: within 5 minutes (resyncs, samples, scrapes, console refreshes) would stop every later one
 LISTING_LINGER = 1.0
+#: events a queue's counters remember (``Store.count(once=…)``): more than can be in flight at a crash
+RECENT_EVENTS = 256
 
 
 class Bucket(Generic[R]):
@@ -135,18 +137,25 @@ class Store:
         self.tokens = tokens
         self.counters = counters
 
-    async def count(self, key: str, field: str, by: int = 1) -> None:
-        """Add ``by`` to one of a queue's counters (compare-and-set, so concurrent adds all land)."""
+    async def count(self, key: str, field: str, by: int = 1, *, once: Optional[str] = None) -> bool:
+        """Add ``by`` to one of a queue's counters (compare-and-set, so concurrent adds all land).
+        With ``once``, a token naming the event (``move:<seq>``): an event counted already, among
+        the queue's last RECENT_EVENTS, is not counted again. Returns whether it was counted."""
         while True:
             found = await self.counters.get(key)
             current = found[0] if found else QueueCounters()
-            changed = current.model_copy(update={field: getattr(current, field) + by})
+            if once is not None and once in current.recent:
+                return False
+            update: dict[str, Any] = {field: getattr(current, field) + by}
+            if once is not None:
+                update["recent"] = (*current.recent, once)[-RECENT_EVENTS:]
+            changed = current.model_copy(update=update)
             try:
                 if found is None:
                     await self.counters.create(key, changed)
                 else:
                     await self.counters.update(key, changed, found[1])
-                return
+                return True
             except Conflict:
                 continue
 

@@ -119,3 +119,6 @@ class QueueCounters(BaseModel):
     expired: int = 0  #: dropped unrun at their start deadline (``put(ttl_s=)``)
     cleared: int = 0  #: removed by ``clear`` (waiting and delayed ones)
     scheduled: int = 0  #: delayed messages stored as schedules and not cleared (each is removed when it fires)
+    #: the last events counted with ``Store.count(once=…)`` (``move:<seq>``, ``expire:<seq>``): one
+    #: repeated after a crash between its count and its delete is not counted twice
+    recent: tuple[str, ...] = ()

@@ -22,12 +22,6 @@ ROUTES = [
 ]
 
 
-@pytest.fixture
-def http(stack):
-    with httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}) as client:
-        yield client
-
-
 def test_healthz_needs_no_token(stack):
     response = httpx.get(stack.api_url + "/healthz")
     assert response.status_code == 200 and response.json()["status"] == "ok"

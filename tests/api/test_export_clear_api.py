@@ -9,12 +9,6 @@ import pytest
 from tests.helpers import make_queue
 
 
-@pytest.fixture
-def http(stack):
-    with httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}) as client:
-        yield client
-
-
 def path(name, tail=""):
     return f"/v1/projects/default/queues/{name}{tail}"
 

@@ -132,9 +132,11 @@ async def test_without_a_dlq_the_message_is_discarded_and_counted(stack, unique_
     assert await drain(creds) == []
 
 
-async def test_the_mover_killed_between_copy_and_delete_leaves_exactly_one_copy(enclave_stack_factory, tmp_path):
+@pytest.mark.parametrize("fault", ["exit-after-dlq-publish", "exit-after-dead-letter-count"])
+async def test_the_mover_killed_between_copy_and_delete_leaves_exactly_one_copy_counted_once(
+        enclave_stack_factory, tmp_path, fault):
     home = tmp_path / "home"
-    first = enclave_stack_factory(home=home, env={"ENCLAVE_FAULT": "exit-after-dlq-publish"})
+    first = enclave_stack_factory(home=home, env={"ENCLAVE_FAULT": fault})
     make_queue(first, "dead")
     creds = make_queue(first, "source", max_receives=1, visibility_timeout_seconds=1, dead_letter_queue="dead")
     async with connect(creds) as queue:
@@ -156,6 +158,8 @@ async def test_the_mover_killed_between_copy_and_delete_leaves_exactly_one_copy(
     assert letter["body"] == "only once"
     await asyncio.sleep(2)
     assert len(letters(second, "dead")) == 1
+    with second.admin() as admin:  # counted once, whether the crash came before the count or after it
+        assert admin.queue_status("default", "source")["dead_lettered"] == 1
 
 
 async def test_backoff_schedule_spaces_timeouts_and_plain_nacks(stack, unique_name):

@@ -31,10 +31,17 @@ async def state_of(creds):
         await client.close()
 
 
+@pytest.mark.parametrize("a_first", [True, False], ids=["a-older", "a-newer"])
 @pytest.mark.parametrize("b_project", ["default", "iso-other"], ids=["same-project", "other-project"])
-async def test_queue_a_can_do_nothing_to_queue_b(stack, unique_name, b_project):
-    a = make_queue(stack, f"{unique_name}-a")
-    b = make_queue(stack, f"{unique_name}-b", project=b_project)
+async def test_queue_a_can_do_nothing_to_queue_b(stack, unique_name, b_project, a_first):
+    """Both directions: the attacker's queue made before the victim's, and after it (accounts come
+    from a pool, so a newer queue's account can be older than an older queue's)."""
+    if a_first:
+        a = make_queue(stack, f"{unique_name}-a")
+        b = make_queue(stack, f"{unique_name}-b", project=b_project)
+    else:
+        b = make_queue(stack, f"{unique_name}-b", project=b_project)
+        a = make_queue(stack, f"{unique_name}-a")
     async with connect(b) as queue_b:
         await queue_b.send("b1")
         await queue_b.send("b2")

@@ -74,7 +74,7 @@ async def test_cli_len_and_peek_show_the_queue_without_taking_from_it(stack, uni
         assert [(m["sequence"], m["body"]) for m in page["messages"]] == [(1, "hello"), (2, '{"k":1}'), (3, "third")]
 
         refused = run(stack, "queue", "peek", unique_name, "--limit", "0")
-        assert (refused.returncode, refused.stderr) == (2, "error: limit must be an integer from 1 to 100 (got 0).\n")
+        assert (refused.returncode, refused.stderr) == (2, "error: limit must be an integer from 1 to 100 (got '0').\n")
         assert taken.receive_count == 1
         rest = await queue.receive(batch=10, wait=1)
         assert [(m.sequence, m.receive_count) for m in rest] == [(2, 1), (3, 1)]  # the CLI took nothing

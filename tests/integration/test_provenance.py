@@ -121,6 +121,17 @@ async def test_a_replayed_real_letter_keeps_its_provenance_only_with_its_own_bod
         await raw.close()
     assert stolen.get("Enclave-Provenance")
     await publish_as_app(dlq_creds, b"swapped body", stolen)
-    listed = {letter["body"]: letter for letter in dead_letters(stack, dlq)}
-    assert listed["original"]["source_queue"] == victim == real["source_queue"]
-    assert listed["swapped body"]["source_queue"] is None
+    await publish_as_app(dlq_creds, b"original", stolen)  # the same letter again, as it was
+    listed = dead_letters(stack, dlq)
+    by_body = {letter["body"]: letter for letter in listed}
+    assert by_body["original"]["source_queue"] == victim == real["source_queue"]
+    assert by_body["swapped body"]["source_queue"] is None
+    assert [letter["body"] for letter in listed].count("original") == 2
+
+    with stack.admin() as admin:  # a redrive sends the real letter home once, the replay deduplicated
+        task = admin.start_redrive("default", dlq)
+        done = await eventually(lambda: (t := admin.redrive_status("default", dlq, task["id"]))["state"] != "running"
+                                and t)
+    assert (done["moved"], done["failed"]) == (2, 1)
+    async with connect(victim_creds) as queue:
+        assert [m.body for m in await queue.receive(batch=10, wait=1)] == ["original"]

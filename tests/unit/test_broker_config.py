@@ -64,10 +64,15 @@ def test_render_is_stable_json_and_round_trips_accounts():
     assert accounts_in_config("not json") == {}
 
 
-def test_permissions_never_name_another_account():
-    perms = users.app_permissions("qone")
-    flat = [s for side in perms.values() for s in side["allow"]]
-    assert all("QTWO" not in s and "qtwo" not in s for s in flat)
+def test_a_queue_accounts_users_imports_and_exports_never_name_another_queue():
+    config = with_accounts("qone", "qtwo")
+    for own, other in (("qone", "qtwo"), ("qtwo", "qone")):  # both directions, from one rendered config
+        account = config["accounts"][own]
+        text = json.dumps({k: account[k] for k in ("users", "imports", "exports")})
+        assert own in text or own.upper() in text  # the check can see an id where there is one
+        assert other not in text and other.upper() not in text
+        (user,) = account["users"]
+        assert user["permissions"] == users.app_permissions(own)
 
 
 def test_all_consumer_advisories_of_a_queue_are_one_export_and_one_import():

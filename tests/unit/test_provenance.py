@@ -36,6 +36,13 @@ def test_another_key_does_not_vouch():
 
 def test_copy_ids_are_unguessable_and_stable():
     assert KEY.move_id("qa", 1) == KEY.move_id("qa", 1)
-    assert len({KEY.move_id("qa", 1), KEY.move_id("qa", 2), KEY.move_id("qb", 1), KEY.redrive_id("qa", 1),
+    assert len({KEY.move_id("qa", 1), KEY.move_id("qa", 2), KEY.move_id("qb", 1), KEY.redrive_id("qa", 1, {}),
                 Provenance(b"x" * 32).move_id("qa", 1)}) == 5
     assert "qa" not in KEY.move_id("qa", 1)
+
+
+def test_a_replayed_letter_is_redriven_as_the_same_copy():
+    letter = {SOURCE_QUEUE: "emails", "Enclave-Source-Project": "default", "Enclave-Source-Sequence": "7"}
+    assert KEY.redrive_id("qdlq", 3, letter) == KEY.redrive_id("qdlq", 9, letter)  # two places, one origin
+    assert KEY.redrive_id("qdlq", 3, {}) != KEY.redrive_id("qdlq", 9, {})
+    assert KEY.redrive_id("qdlq", 3, letter) != KEY.redrive_id("qdlq", 3, {**letter, "Enclave-Source-Sequence": "8"})

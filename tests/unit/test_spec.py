@@ -4,6 +4,7 @@ import pytest
 
 from enclave_queue.errors import SpecError
 from enclave_queue.spec import (
+    BACKOFF_RULE,
     LIMITS,
     MUTABLE,
     PRIORITIES_RULE,
@@ -200,3 +201,44 @@ def test_max_bytes_must_hold_one_message_and_stays_when_the_message_size_changes
     assert refused.value.errors[0]["field"] == "max_bytes" and "1052672" in refused.value.errors[0]["message"]
     spec = parse_spec({"name": "emails", "max_bytes": 8 << 20})
     assert parse_patch({"max_message_bytes": 4096}).apply(spec).max_bytes == 8 << 20
+
+
+@pytest.mark.parametrize(("field", "value", "got"), [
+    ("max_receives", True, "true"),  # a bool is no integer: true would dead-letter after one receive
+    ("retention_hours", "30", "'30'"),
+    ("retention_hours", 30.0, "30.0"),
+    ("visibility_timeout_seconds", None, "null"),
+    ("max_bytes", [1], "[1]"),
+])
+def test_an_integer_setting_takes_a_json_integer_only(field, value, got):
+    low, _, high = LIMITS[field]
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "emails", field: value})
+    assert caught.value.errors == [{"field": field, "message": f"must be an integer from {low} to {high} (got {got})"}]
+
+
+@pytest.mark.parametrize(("value", "got"), [("yes", "'yes'"), (1, "1"), ("true", "'true'")])
+def test_priorities_take_true_or_false_only(value, got):
+    for parse in (lambda: parse_spec({"name": "emails", "priorities": value}),
+                  lambda: parse_patch({"priorities": value})):
+        with pytest.raises(SpecError) as caught:
+            parse()
+        assert caught.value.errors == [{"field": "priorities", "message": f"must be {PRIORITIES_RULE} (got {got})"}]
+
+
+@pytest.mark.parametrize("backoff", [[5, "30"], [5, True], [5.0], "5,30", {"5": 30}])
+def test_a_retry_backoff_is_a_json_array_of_integers(backoff):
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "emails", "retry_backoff_seconds": backoff})
+    assert [e["field"] for e in caught.value.errors] == ["retry_backoff_seconds"]
+    assert caught.value.errors[0]["message"].startswith(f"must be {BACKOFF_RULE} (got ")
+
+
+def test_a_backoff_as_a_json_array_becomes_the_tuple_and_a_patch_keeps_types_strict():
+    assert parse_spec({"name": "emails", "retry_backoff_seconds": [5, 30]}).retry_backoff_seconds == (5, 30)
+    with pytest.raises(SpecError, match=r"^retention_hours must be an integer from 1 to 336 \(got '48'\)\.$"):
+        parse_patch({"retention_hours": "48"})
+    with pytest.raises(SpecError, match=r"^dead_letter_queue must be 3–40 .* \(got 42\)\.$"):
+        parse_patch({"dead_letter_queue": 42})
+    with pytest.raises(SpecError, match=r"^name must be 3–40 .* \(got true\)\.$"):
+        parse_spec({"name": True})

@@ -2,7 +2,8 @@
 
 A queue's dead letters are its messages, read without leasing them (any queue can be listed;
 a dead-letter queue's messages carry where they came from). Retry sends one back to its source
-queue, discard deletes it, and a redrive moves many as a task with its own status.
+queue, discard deletes it, and a redrive moves many as a task with its own status. A redrive's
+options are strict JSON types; each field's description is its rule, which its 422 repeats.
 """
 
 from __future__ import annotations
@@ -10,11 +11,25 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from ...redrive import MAX_LIST, DeadLetterOps
+from ...redrive import DeadLetterOps
+from ...spec import (
+    AFTER_RULE,
+    FILTER_RULE,
+    FLAG_RULE,
+    LIST_LIMIT_RULE,
+    MAX_FILTER,
+    MAX_LIST,
+    MAX_REDRIVE_RATE,
+    MAX_SEQUENCE,
+    NAME_RULE,
+    REDRIVE_MAX_RULE,
+    REDRIVE_RATE_RULE,
+    QueueName,
+)
 from ..auth import SECRET_READ
-from ..paths import MAX_SEQUENCE
+from .messages import STRICT
 
 router = APIRouter(prefix="/v1/projects/{project}/queues/{name}")
 
@@ -24,17 +39,19 @@ def ops(request: Request) -> DeadLetterOps:
 
 
 class RedriveRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    to: Optional[str] = None
-    max: Optional[int] = None  # ranges checked by the service, with their own sentences
-    rate: Optional[float] = None
-    filter_error: Optional[str] = Field(None, min_length=1, max_length=1024)
-    dry_run: bool = False
+    model_config = STRICT
+    # checked by the service too, with the same sentences (for callers other than the API)
+    to: Optional[QueueName] = Field(None, description=NAME_RULE)
+    max: Optional[int] = Field(None, ge=1, description=REDRIVE_MAX_RULE)
+    rate: Optional[float] = Field(None, gt=0, le=MAX_REDRIVE_RATE, description=REDRIVE_RATE_RULE)
+    filter_error: Optional[str] = Field(None, min_length=1, max_length=MAX_FILTER, description=FILTER_RULE)
+    dry_run: bool = Field(False, description=FLAG_RULE)
 
 
 @router.get("/dead-letters", dependencies=[SECRET_READ])
 async def list_dead_letters(project: str, name: str, request: Request,
-                            limit: int = Query(50, ge=1, le=MAX_LIST), after: int = Query(0, ge=0, le=MAX_SEQUENCE)) -> dict[str, Any]:
+                            limit: int = Query(50, ge=1, le=MAX_LIST, description=LIST_LIMIT_RULE),
+                            after: int = Query(0, ge=0, le=MAX_SEQUENCE, description=AFTER_RULE)) -> dict[str, Any]:
     return await ops(request).list(project, name, limit, after)
 
 

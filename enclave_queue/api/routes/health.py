@@ -1,3 +1,5 @@
+"""``GET /healthz`` (no token): the runtime's health (server.Runtime.health), for probes and compose."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
@@ -8,7 +10,8 @@ router = APIRouter()
 
 @router.get("/healthz", include_in_schema=False)
 async def healthz(request: Request) -> JSONResponse:
-    """200 once the broker and the control plane are ready; 503 before (and if the broker is down)."""
-    runtime = request.app.state.runtime
-    ready, detail = runtime.health()
-    return JSONResponse({"status": "ok" if ready else "starting", "detail": detail}, status_code=200 if ready else 503)
+    """200 ``{"status": "ok"}`` once the broker and the control plane are ready; 503 otherwise, with
+    the status ``starting``, ``unavailable`` (the broker down) or ``degraded`` (the broker's disk is
+    full: puts are refused) and a ``detail`` sentence saying why."""
+    status, detail = request.app.state.runtime.health()
+    return JSONResponse({"status": status, "detail": detail}, status_code=200 if status == "ok" else 503)

@@ -9,6 +9,9 @@ for a delayed message), or 409 "Queue full" at ``max_messages``. Receive:
 ``POST …/messages/{receipt}/nack`` with ``{"delay": seconds}``. Peek (nothing leased):
 ``GET …/messages?limit=1–100``. Export (nothing taken): ``GET …/export``, JSON Lines, one message
 a line. Clear: ``POST …/clear`` answers ``{"waiting", "delayed", "dead"}``, how many were removed.
+
+Request bodies are strict (a number is a JSON number, ``max`` a JSON integer, never ``"5"`` or
+``true``); each field's description is its rule, which its 422 repeats (api/problems.py).
 """
 
 from __future__ import annotations
@@ -23,9 +26,21 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...envelope import DELAY_RULE, MAX_DELAY
 from ...errors import SpecError
-from ...service import MAX_PEEK
-from ...spec import MAX_RECEIVE, MAX_RECEIVE_WAIT
+from ...spec import (
+    BASE64_RULE,
+    DEDUPE_KEY_RULE,
+    MAX_DEDUPE_KEY,
+    MAX_NACK_DELAY,
+    MAX_PEEK,
+    MAX_RECEIVE,
+    MAX_RECEIVE_WAIT,
+    NACK_DELAY_RULE,
+    PEEK_LIMIT_RULE,
+    RECEIVE_MAX_RULE,
+    RECEIVE_WAIT_RULE,
+)
 from ..auth import SECRET_READ
 
 router = APIRouter(prefix="/v1/projects/{project}/queues/{name}")
@@ -34,23 +49,29 @@ NDJSON = "application/x-ndjson"
 EXPORT_CHUNK = 64 * 1024  #: bytes of JSON Lines sent at once
 
 
+#: every request body of these routes: strict JSON types, no unknown field, no NaN or Infinity
+STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
 class SendRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    body: Any = None
-    body_base64: Optional[str] = None
-    dedupe_key: Optional[str] = None  # checked by the service, with its own sentence
-    delay_seconds: float = 0  # likewise
+    model_config = STRICT
+    body: Any = Field(None, description="the message: a string (sent as its UTF-8 text) or any other JSON value "
+                                        "(sent as compact JSON)")
+    body_base64: Optional[str] = Field(None, description=BASE64_RULE)
+    # checked by the service too, with the same sentences (for callers other than the API)
+    dedupe_key: Optional[str] = Field(None, min_length=1, max_length=MAX_DEDUPE_KEY, description=DEDUPE_KEY_RULE)
+    delay_seconds: float = Field(0, ge=0, le=MAX_DELAY, description=DELAY_RULE)
 
 
 class NackRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    delay: float = 0  # the range is checked by the service, with its own sentence
+    model_config = STRICT
+    delay: float = Field(0, ge=0, le=MAX_NACK_DELAY, description=NACK_DELAY_RULE)
 
 
 class ReceiveRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    max: int = Field(1, ge=1, le=MAX_RECEIVE)
-    wait: float = Field(1.0, ge=0, le=MAX_RECEIVE_WAIT)
+    model_config = STRICT
+    max: int = Field(1, ge=1, le=MAX_RECEIVE, description=RECEIVE_MAX_RULE)
+    wait: float = Field(1.0, ge=0, le=MAX_RECEIVE_WAIT, description=RECEIVE_WAIT_RULE)
 
 
 def encode_body(request: SendRequest) -> tuple[bytes, Optional[str]]:
@@ -61,14 +82,22 @@ def encode_body(request: SendRequest) -> tuple[bytes, Optional[str]]:
                             errors=[{"field": "body_base64", "message": "cannot be given with body"}])
         try:
             return base64.b64decode(request.body_base64, validate=True), "application/octet-stream"
-        except binascii.Error:
-            raise SpecError("body_base64 must be valid base64.",
-                            errors=[{"field": "body_base64", "message": "must be valid base64"}]) from None
+        except (binascii.Error, ValueError):  # ValueError: a character outside ASCII
+            message = f"must be {BASE64_RULE}"
+            raise SpecError(f"body_base64 {message}.", errors=[{"field": "body_base64", "message": message}]) from None
     if "body" not in request.model_fields_set:
         raise SpecError("body is required.", errors=[{"field": "body", "message": "is required"}])
     if isinstance(request.body, str):
-        return request.body.encode(), "text/plain; charset=utf-8"
-    return json.dumps(request.body, separators=(",", ":")).encode(), "application/json"
+        try:
+            return request.body.encode(), "text/plain; charset=utf-8"
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800"): JSON can carry it, UTF-8 cannot
+            message = "must be text that UTF-8 can encode (it holds a lone surrogate); send bytes as body_base64"
+            raise SpecError(f"body {message}.", errors=[{"field": "body", "message": message}]) from None
+    try:
+        return json.dumps(request.body, separators=(",", ":"), allow_nan=False).encode(), "application/json"
+    except (ValueError, RecursionError, UnicodeEncodeError):
+        message = "must be a JSON value that can be stored as JSON (not nested too deeply, no lone surrogates)"
+        raise SpecError(f"body {message}.", errors=[{"field": "body", "message": message}]) from None
 
 
 @router.post("/messages", status_code=201)
@@ -102,8 +131,7 @@ async def nack_message(project: str, name: str, receipt: str, request: Request,
 
 @router.get("/messages", dependencies=[SECRET_READ])
 async def peek_messages(project: str, name: str, request: Request,
-                        limit: int = Query(10, description=f"1 to {MAX_PEEK}")) -> dict[str, Any]:
-    # the range is checked by the service: the shared "limit" rule (dead letters') says 1 to 500
+                        limit: int = Query(10, ge=1, le=MAX_PEEK, description=PEEK_LIMIT_RULE)) -> dict[str, Any]:
     return {"messages": await request.app.state.runtime.service.peek(project, name, limit)}
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from ...spec import MAX_HISTORY_HOURS
+from ...spec import HOURS_RULE, MAX_HISTORY_HOURS
 from ..auth import require_token
 
 
@@ -37,7 +37,7 @@ async def metrics(request: Request) -> Response:
 
 @history.get("/depth")
 async def depth_history(project: str, name: str, request: Request,
-                        hours: int = Query(24, ge=1, le=MAX_HISTORY_HOURS)) -> dict[str, Any]:
+                        hours: int = Query(24, ge=1, le=MAX_HISTORY_HOURS, description=HOURS_RULE)) -> dict[str, Any]:
     """The queue's depth samples of the last ``hours`` hours, oldest first."""
     runtime = request.app.state.runtime
     return {"points": await runtime.service.depth_history(project, name, hours),

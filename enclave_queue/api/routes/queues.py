@@ -1,4 +1,8 @@
-"""Queue declarations: ``/v1/projects/{project}/queues[/{name}[/status|/credentials]]``."""
+"""Queue declarations: ``/v1/projects/{project}/queues[/{name}[/status|/credentials]]``.
+
+Create and update take their bodies as plain JSON objects and check them with ``parse_spec`` and
+``parse_patch`` (strict types, every bad field named with its rule); the OpenAPI document
+describes those bodies with the QueueSpec and QueuePatch schemas (api/openapi.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +12,12 @@ from fastapi import APIRouter, Body, Query, Request, Response
 
 from ...errors import SpecError
 from ...service import QueueService
-from ...spec import Queue, parse_patch, parse_spec
+from ...spec import MAX_STATUS_WAIT, STATUS_WAIT_RULE, Queue, parse_patch, parse_spec
 from ..auth import SECRET_READ
 
 router = APIRouter(prefix="/v1/projects/{project}/queues")
 
-MAX_WAIT_SECONDS = 60.0
+MAX_WAIT_SECONDS = float(MAX_STATUS_WAIT)
 
 
 def service(request: Request) -> QueueService:
@@ -64,7 +68,8 @@ async def delete_queue(project: str, name: str, request: Request) -> dict[str, s
 
 @router.get("/{name}/status")
 async def queue_status(project: str, name: str, request: Request,
-                       wait_seconds: float = Query(0, ge=0, le=MAX_WAIT_SECONDS)) -> dict[str, Any]:
+                       wait_seconds: float = Query(0, ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
+                                                   description=STATUS_WAIT_RULE)) -> dict[str, Any]:
     """The queue's state. With ``wait_seconds``, answer once the latest spec is applied (Ready or
     Errored) or when that time is up; a deleted queue answers 404 once it is gone."""
     if wait_seconds:

@@ -1,0 +1,79 @@
+"""The options the commands share (``Project``, ``Json``, the queue settings), and the checks for
+what the API cannot judge, because it never gets to see it: a list that is no list, a number
+that is no finite number, text that is not UTF-8 (JSON carries neither), two options that
+contradict each other. Each is a usage error naming the option (exit 2); the ranges are the
+API's own."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Optional
+
+import typer
+from typer.exceptions import TyperException
+
+from enclave_queue.spec import shown
+
+#: whole seconds separated by commas, spaces around each allowed: '5,30,120', '5, 30'
+BACKOFF_LIST = re.compile(r" *[0-9]+ *(?:, *[0-9]+ *)*")
+
+
+class UsageError(TyperException):
+    """Options that cannot go together, or a command that needs one more: exit 2."""
+
+    exit_code = 2
+
+
+def utf8(value: Optional[str]) -> Optional[str]:
+    """For text that goes into a JSON body: a shell passes bytes that are not UTF-8 through as
+    they are (Python holds them as surrogates), and JSON cannot carry them."""
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise typer.BadParameter("must be UTF-8 text (it holds bytes that are not).") from None
+    return value
+
+
+def finite(value: Optional[float]) -> Optional[float]:
+    """For a number that goes into a JSON body: 'nan', 'inf' and '1e400' parse as floats, and
+    JSON cannot carry them."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number (got {value}).")
+    return value
+
+
+def backoff_text(value: Optional[str]) -> Optional[str]:
+    if value is not None and not BACKOFF_LIST.fullmatch(value):
+        raise typer.BadParameter(f"must be whole seconds separated by commas, such as 5,30,120 (got {shown(value)}).")
+    return value
+
+
+def backoff_list(text: Optional[str]) -> Optional[list[int]]:
+    """'5, 30,120' -> [5, 30, 120] (the text checked by backoff_text); the API checks the range."""
+    return None if text is None else [int(part) for part in text.split(",")]
+
+
+def exclusive(**given: bool) -> None:
+    """Raise UsageError naming the options (keyword: option name with '_' for '-') that were
+    given together."""
+    names = [f"--{key.replace('_', '-')}" for key, on in given.items() if on]
+    if len(names) > 1:
+        raise UsageError(f"{' and '.join(names)} cannot be used together; give one of them.")
+
+
+Project = Annotated[Optional[str], typer.Option("--project", "-p", help="Project (default: ENCLAVE_PROJECT, else 'default').")]
+Json = Annotated[bool, typer.Option("--json", help="Print the API's JSON object.")]
+Wait = Annotated[bool, typer.Option("--wait", help="Return once the queue is Ready.")]
+Name = Annotated[str, typer.Argument(help="Queue name.", callback=utf8)]
+VisibilityTimeout = Annotated[Optional[int], typer.Option("--visibility-timeout-seconds", help="Seconds a received message stays hidden (1–43200; default 30).")]
+MaxReceives = Annotated[Optional[int], typer.Option("--max-receives", help="Receives allowed per message (0–1000; 0 = no limit).")]
+DeadLetterQueue = Annotated[Optional[str], typer.Option("--dead-letter-queue", metavar="QUEUE", callback=utf8, help="Queue in the same project that receives dead letters.")]
+RetentionHours = Annotated[Optional[int], typer.Option("--retention-hours", help="Hours a message is kept (1–336; default 96).")]
+MaxMessageBytes = Annotated[Optional[int], typer.Option("--max-message-bytes", help="Largest message (1024–1048576; default 262144).")]
+MaxBytes = Annotated[Optional[int], typer.Option("--max-bytes", help="Bytes the queue stores at most (1048576–1099511627776; default 256 of its largest message, 16 MiB–1 GiB); a full queue refuses new messages.")]
+MaxMessages = Annotated[Optional[int], typer.Option("--max-messages", help="Messages the queue holds at most (0–10000000; 0 = no limit); a full queue refuses new ones.")]
+DedupeWindow = Annotated[Optional[int], typer.Option("--dedupe-window-seconds", help="Seconds a dedupe key is remembered (1–86400, at most the retention; default 3600).")]
+RetryBackoff = Annotated[Optional[str], typer.Option("--retry-backoff-seconds", metavar="LIST", callback=backoff_text, help="Whole seconds before each retry, separated by commas (e.g. 5,30,120; the last repeats).")]
+Priorities = Annotated[bool, typer.Option("--priorities", help="Messages may carry a priority (0–9, higher taken first). Once on it cannot be turned off: there is no option to.")]

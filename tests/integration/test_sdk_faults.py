@@ -1,0 +1,211 @@
+"""The SDK across a broker killed with SIGKILL and restarted by its supervisor (within ~0.1 s):
+
+- a restarted broker forgets pull requests, so ``get``/``receive``/``iterate`` send theirs again
+  when the connection comes back, and still return by their deadline when nothing comes;
+- a put whose PubAck was lost with the connection is sent again with the same ``Nats-Msg-Id``,
+  so it returns the one id the message was stored under, or raises ``MaybeStored`` (whose key
+  puts it again once); ``put_many`` sends its whole batch again the same way;
+- ``send_batch`` (no keys) says how many may have been stored, without waiting out its timeout;
+- the broker facts the batch retry relies on: a repeated Nats-Msg-Id refuses a whole atomic batch
+  (10201), and a publish with a Nats-Expected-Last-Msg-Id no message has reads a stored id's
+  sequence and stores nothing (nats-server 2.15.1).
+"""
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+import time
+from collections import Counter
+
+import nats
+import pytest
+from nats.js import api
+
+from enclave_queue.client import connect
+from enclave_queue.errors import MaybeStored
+from tests.helpers import eventually, make_queue
+
+pytestmark = pytest.mark.slow
+
+
+async def kill_broker(stack) -> None:
+    """SIGKILL the stack's broker by its PID and wait until the supervisor has started another."""
+    old = stack.broker_pid
+    os.kill(old, signal.SIGKILL)
+    await eventually(lambda: stack.refresh().get("broker_pid") not in (None, old), timeout=15, interval=0.02)
+
+
+async def drain(queue) -> list:
+    """Every message on the queue, taken and deleted."""
+    taken = []
+    while batch := await queue.receive(batch=1000, wait=0.5):
+        taken += batch
+        await queue.delete_many(batch)
+    return taken
+
+
+async def test_a_get_waiting_across_a_broker_kill_takes_a_message_put_after_it_and_keeps_its_deadline(
+        enclave_stack_factory):
+    stack = enclave_stack_factory()
+    creds = make_queue(stack, "long-polls")
+    async with connect(creds) as worker, connect(creds) as producer:
+        waiting = asyncio.create_task(worker.get(timeout_s=10))
+        await asyncio.sleep(0.5)  # its long poll is with the broker now
+        await kill_broker(stack)
+        put_at = time.monotonic()
+        sent = await producer.put("after the restart")
+        message = await asyncio.wait_for(waiting, 11)
+        assert message is not None and (message.id, message.body) == (sent, "after the restart")
+        assert time.monotonic() - put_at < 3  # the pull was sent again on reconnect, not after its 5 s piece
+        await message.ack()
+
+        iterating = worker.iterate()  # the same for iterate's long polls
+        first = asyncio.ensure_future(iterating.__anext__())
+        await asyncio.sleep(0.5)
+        await kill_broker(stack)
+        sent = await producer.put("to the iteration")
+        message = await asyncio.wait_for(first, 5)
+        assert (message.id, message.body) == (sent, "to the iteration")
+        await message.ack()
+        await iterating.aclose()
+
+        started = time.monotonic()  # nothing comes: back by the deadline, across a kill too
+        waiting = asyncio.create_task(worker.get(timeout_s=3))
+        await asyncio.sleep(0.5)
+        await kill_broker(stack)
+        assert await waiting is None
+        assert 3 <= time.monotonic() - started < 3.5
+        assert await worker.receive(batch=10, wait=1) == []
+
+
+async def test_puts_across_a_broker_kill_each_return_their_one_stored_id_or_say_it_may_be_stored(
+        enclave_stack_factory):
+    stack = enclave_stack_factory()
+    creds = make_queue(stack, "restart-puts")
+    async with connect(creds) as queue:
+        await queue.put("warm-up")  # settings read, connection up: the puts below publish at once
+        outcomes: dict[str, object] = {}  #: body: the id put returned, or its error
+        batches: dict[tuple[str, ...], object] = {}  #: bodies: the ids put_many returned, or its error
+        slowest = 0.0
+        stop = asyncio.Event()
+
+        async def putting(worker: int) -> None:  # 32 of these: 32 puts in flight at any moment
+            nonlocal slowest
+            for n in itertools.count():
+                if stop.is_set():
+                    return
+                body, started = f"put-{worker}-{n}", time.monotonic()
+                try:
+                    outcomes[body] = await queue.put(body)
+                except MaybeStored as exc:
+                    outcomes[body] = exc
+                slowest = max(slowest, time.monotonic() - started)
+
+        async def putting_many(worker: int) -> None:
+            for n in itertools.count():
+                if stop.is_set():
+                    return
+                bodies = tuple(f"batch-{worker}-{n}-{i}" for i in range(5))
+                try:
+                    batches[bodies] = await queue.put_many(bodies)
+                except MaybeStored as exc:
+                    batches[bodies] = exc
+
+        workers = [asyncio.create_task(putting(w)) for w in range(32)]
+        workers += [asyncio.create_task(putting_many(w)) for w in range(4)]
+        await eventually(lambda: len(outcomes) > 200)
+        await kill_broker(stack)
+        mark = len(outcomes)
+        await eventually(lambda: len(outcomes) > mark + 200)
+        stop.set()
+        await asyncio.gather(*workers)
+
+        maybe = [o for o in [*outcomes.values(), *batches.values()] if isinstance(o, MaybeStored)]
+        assert all("may have been stored" in str(exc) for exc in maybe)
+        assert slowest < 5.5  # within the put's timeout
+        counts: Counter[str] = Counter()
+        ids = {}
+        for message in await drain(queue):
+            counts[message.body] += 1
+            ids[message.body] = message.id
+        assert max(counts.values()) == 1, [body for body, n in counts.items() if n > 1]  # nothing twice
+        for body, outcome in outcomes.items():
+            if isinstance(outcome, int):
+                assert ids.get(body) == outcome, body  # stored once, under the id put returned
+        for bodies, outcome in batches.items():
+            if isinstance(outcome, list):
+                assert [ids.get(body) for body in bodies] == outcome
+            else:  # all of it or none
+                assert len({body in counts for body in bodies}) == 1
+
+
+async def test_a_put_the_broker_never_confirmed_raises_maybe_stored_and_its_key_puts_it_once(enclave_stack_factory):
+    stack = enclave_stack_factory()
+    creds = make_queue(stack, "frozen")
+    async with connect(creds) as queue:
+        first = await queue.put("warm-up")
+        os.kill(stack.broker_pid, signal.SIGSTOP)  # the broker takes the publish only once it runs again
+        try:
+            started = time.monotonic()
+            with pytest.raises(MaybeStored, match=r"^The message may have been stored: the broker did not confirm it "
+                                                  r"within 1 s\. Putting it again with dedupe_key='\w{22}' is safe "
+                                                  r"within the queue's dedupe window\.$") as caught:
+                await queue.put("frozen", timeout=1)
+            assert time.monotonic() - started < 1.5
+        finally:
+            os.kill(stack.broker_pid, signal.SIGCONT)
+        again = await queue.put("frozen", dedupe_key=caught.value.dedupe_key)
+        assert [(m.id, m.body) for m in await drain(queue)] == [(first, "warm-up"), (again, "frozen")]
+
+
+async def test_send_batch_across_a_broker_kill_says_how_many_may_have_been_stored_without_waiting_out_its_timeout(
+        enclave_stack_factory):
+    stack = enclave_stack_factory()
+    creds = make_queue(stack, "restart-batch")
+    async with connect(creds) as queue:
+        await queue.put("warm-up")
+        sending = asyncio.create_task(queue.send_batch([f"m{n}" for n in range(1000)], timeout=10))
+        await asyncio.sleep(0)
+        started = time.monotonic()
+        await kill_broker(stack)
+        try:
+            stored = await sending
+        except MaybeStored as exc:
+            assert "may have been" in str(exc) and "Sending those again may store some twice." in str(exc)
+            assert time.monotonic() - started < 3  # not the 10 s timeout: the PubAcks were lost with the connection
+        else:
+            assert stored == 1000
+        counts = Counter(m.body for m in await drain(queue))
+        assert max(counts.values()) == 1
+
+
+async def test_the_broker_refuses_a_batch_repeating_a_stored_msg_id_and_tells_its_sequence_storing_nothing(
+        nats_server):
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(api.StreamConfig(name="S", subjects=["q"], allow_atomic=True, duplicate_window=60))
+
+        async def batch(batch_id: str) -> dict:
+            inbox = nc.new_inbox()
+            for n in (1, 2, 3):
+                headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(n)}
+                if n == 3:
+                    headers.update({"Nats-Batch-Commit": "1", "Nats-Msg-Id": "the-batch"})
+                    return json.loads((await nc.request("q", b"x", headers=headers, timeout=2)).data)
+                await nc.publish("q", b"x", reply=inbox, headers=headers)
+            raise AssertionError
+
+        async def probe(msg_id: str) -> dict:
+            headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Last-Msg-Id": "no-message-has-this-id"}
+            return json.loads((await nc.request("q", b"", headers=headers, timeout=2)).data)
+
+        assert (await batch("b1"))["seq"] == 3
+        assert (await batch("b2"))["error"]["err_code"] == 10201  # the whole batch again: refused
+        assert await probe("the-batch") == {"stream": "S", "seq": 3, "duplicate": True}
+        assert (await probe("never-stored"))["error"]["err_code"] == 10070
+        assert (await js.stream_info("S")).state.messages == 3
+    finally:
+        await nc.close()
