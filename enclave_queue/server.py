@@ -261,6 +261,7 @@ class Runtime:
                                     lambda: self.broker_url, s.internal_broker_url, self.reconciler.changed)
         self.desk = Desk(self.store, self.conn, self.service, self.dead_letters, self.naks)
         await self.desk.start()
+        self.accounts.refill()  # after every subscription is made (controller/accounts.py, attach)
         await self._start_http()
         self.ready = True
         write_private(s.home / RUNTIME_FILE, json.dumps(
@@ -321,6 +322,7 @@ class Runtime:
 
     async def _start_http(self) -> None:
         from .api import create_app
+        from .api.guard import HEAD_READ_LIMIT
 
         s = self.settings
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only when the
@@ -339,7 +341,10 @@ class Runtime:
         # proxy_headers off: uvicorn would otherwise take the client address and scheme from
         # X-Forwarded-* sent by any local client; the console trusts only ENCLAVE_TRUSTED_PROXIES
         config = uvicorn.Config(create_app(self), log_config=None, access_log=False, lifespan="off",
-                                log_level=s.log_level, timeout_graceful_shutdown=5, proxy_headers=False)
+                                log_level=s.log_level, timeout_graceful_shutdown=5, proxy_headers=False,
+                                # heads up to 1 MiB reach the app, which refuses those over 16 KiB
+                                # with a JSON problem (api/guard.py) instead of h11's plain-text 400
+                                h11_max_incomplete_event_size=HEAD_READ_LIMIT)
         self._http = _Uvicorn(config)
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]), name="http")
         while not self._http.started:

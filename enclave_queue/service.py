@@ -96,6 +96,11 @@ PRIORITY_POLL = 0.1  #: seconds between looks at every priority lane while a rec
 DELETE_ATTEMPTS = 5  #: times a delete reads the record again when another write came first
 
 
+#: seconds one pull of a receive by hand waits at most: a longer wait sends another, so a broker
+#: restarted meanwhile (which forgets pending pulls) is asked again
+PULL_SECONDS = 2.0
+
+
 def _queue_missing(project: str, name: str) -> NotFound:
     return NotFound(f"Queue '{name}' does not exist in project '{project}'.")
 
@@ -517,14 +522,20 @@ class QueueService:
             sub = await retry_unavailable(lambda: js.pull_subscribe_bind(consumer, stream=stream_name(record.id)))
         except UNAVAILABLE:
             raise not_ready(record) from None
+        deadline = time.monotonic() + max(wait, 0.05)
         try:
-            return await sub.fetch(count, timeout=max(wait, 0.05))
-        except (nats.errors.TimeoutError, TimeoutError):  # nats-py raises either when nothing came
-            return []
+            while True:  # pulls of at most PULL_SECONDS: a restarted broker forgets a pending one
+                left = deadline - time.monotonic()
+                try:
+                    return await sub.fetch(count, timeout=max(min(left, PULL_SECONDS), 0.05))
+                except (nats.errors.TimeoutError, TimeoutError):  # nats-py raises either when nothing came
+                    if deadline - time.monotonic() < 0.05:
+                        return []
         except UNAVAILABLE:  # nobody answers for the consumer: the broker is loading the account
             raise not_ready(record) from None
         finally:
-            await sub.unsubscribe()
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
 
     async def _take_by_priority(self, record: QueueRecord, count: int, wait: float) -> list[Any]:
         """Up to ``count`` messages, the highest priority lane first. The lanes' consumers say

@@ -32,6 +32,10 @@ MiB = 1024 * 1024
 #: JSON string can take 6 bytes a byte (``\u0001``), and base64 4 for 3; 8 MiB holds either
 SEND_BODY_LIMIT = 8 * MiB
 BODY_LIMIT = 1 * MiB  #: bytes of any other request (specs, patches, options, forms: a few hundred)
+#: bytes of a request's head (its path and headers) the app answers with a 431 problem past this;
+#: the HTTP server lets heads up to HEAD_READ_LIMIT through to be answered so (server.py)
+HEAD_LIMIT = 16 * 1024
+HEAD_READ_LIMIT = 1 * MiB
 SEND_PATH = re.compile(r"/v1/projects/[^/]+/queues/[^/]+/messages")
 OPENAPI_PATH = "/openapi.json"
 
@@ -73,6 +77,12 @@ class RequestGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        head = sum(len(key) + len(value) + 4 for key, value in scope["headers"]) + len(scope.get("raw_path") or b"")
+        if head > HEAD_LIMIT:  # before the token: a huge head is refused unread, as a problem
+            await problems.problem(431, "Request header fields too large",
+                                   f"The request's head is {head} bytes; at most {HEAD_LIMIT} are accepted.")(
+                scope, receive, send)
             return
         if needs_token(scope["path"]):
             try:

@@ -34,7 +34,9 @@ back before its PubAck, so it is stored once and returns that id; if none was co
 raises ``MaybeStored``, whose ``dedupe_key`` puts it again safely. ``put_many`` sends its batch
 again the same way; ``send_batch`` (no keys: the broker keeps each key in memory for the dedupe
 window) says how many may have been stored. Pull requests, which a restarted broker forgets, are
-sent again too (receiving.py).
+sent again too (receiving.py), and so are acknowledgements not confirmed yet (``_confirm_many``),
+until their timeout, while their message's lease lasts; an ``+ACK`` of a delivery the restarted
+broker forgot raises ``Conflict``.
 
 Errors: a refused operation (a permissions violation) raises ``PermissionDenied`` at once, not
 after a timeout; wrong credentials raise ``Unauthorized``; an oversize message
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import time
@@ -65,6 +68,7 @@ from ..errors import (
     ACCOUNT_FULL,
     QUEUE_FULL,
     BrokerUnavailable,
+    Conflict,
     EnclaveError,
     MaybeStored,
     MessageTooLarge,
@@ -89,6 +93,9 @@ RETRY_WINDOW = 3.0  #: seconds to keep asking a request nobody answered (a reloa
 SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are cached
 RESEND_AFTER = 2.0  #: seconds without a PubAck before a put is sent again (with the same Nats-Msg-Id)
 DEDUPE_MARGIN = 0.5  #: seconds before its first copy leaves the dedupe window that a put is no longer sent again
+#: seconds before the end of a message's lease after which an acknowledgement of it is not sent again
+LEASE_MARGIN = 0.25
+SILENT_AFTER = 0.5  #: seconds an +ACK sent again after a reconnect may go unanswered before its delivery is checked
 LOST_QUIET = 0.5  #: seconds send_batch waits for more PubAcks once the connection was lost (the rest are lost with it)
 
 _STATUS = "Status"
@@ -211,50 +218,185 @@ class Queue(Receiving, Inspecting):
             self._waiting.pop(token, None)
             raise BrokerUnavailable(f"The broker did not confirm {what} within {timeout:g} s.") from None
 
-    async def _confirm(self, reply: str, payload: bytes, timeout: float = DEFAULT_TIMEOUT) -> None:
-        await self._confirm_many([(reply, payload)], timeout)
+    async def _confirm(self, reply: str, payload: bytes, timeout: float = DEFAULT_TIMEOUT, *,
+                       message: Optional[Message] = None, verb: str = "acked") -> None:
+        await self._confirm_many([(reply, payload)], timeout, leased=None if message is None else [message], verb=verb)
 
-    async def _confirm_many(self, acks: list[tuple[str, bytes]], timeout: float = DEFAULT_TIMEOUT) -> None:
+    async def _confirm_many(self, acks: list[tuple[str, bytes]], timeout: float = DEFAULT_TIMEOUT, *,
+                            leased: Optional[list[Message]] = None, verb: str = "acked") -> None:
         """Send acknowledgements (``+ACK``, ``-NAK``, ``+WPI``) and wait until the broker confirmed
-        every one. One the broker did not take (it answers "no responders" for a moment during a
-        configuration reload) is sent again."""
-        self._check_open()
-        deadline = asyncio.get_running_loop().time() + timeout
-        delay = 0.01
-        while acks:
-            waiting: dict[asyncio.Future[Msg], tuple[str, bytes]] = {}
-            for reply, payload in acks:
-                token, future = self._new_waiter()
-                waiting[future] = (reply, payload)
-                await self._nc.publish(reply, payload, reply=f"{self._mux}.{token}")
-            remaining = deadline - asyncio.get_running_loop().time()
-            done, pending = await asyncio.wait(waiting, timeout=max(remaining, 0.001))
-            if pending:
-                for future in pending:
-                    future.cancel()
-                raise BrokerUnavailable(f"The broker did not confirm {len(pending)} acknowledgement(s) "
-                                        f"within {timeout:g} s.")
-            acks = []
-            for future in done:
-                reply_msg = future.result()  # raises PermissionDenied, Unauthorized, RuntimeError
-                if reply_msg.headers and reply_msg.headers.get(_STATUS) == "503":
-                    acks.append(waiting[future])
-            if acks:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.25)
+        every one, for up to ``timeout`` seconds. The broker takes a repeat as it took the first (a
+        second ``+ACK``, ``-NAK`` or ``+WPI`` of a message is answered and changes nothing more;
+        a ``-NAK`` with a delay starts its delay again), so one is sent again, the same payload to
+        the same reply subject: when the broker did not take it ("no responders", a configuration
+        reload), when the connection came back before its answer (an answer to the old connection
+        is lost with it, and a kill -9 loses what it had not read), and after RESEND_AFTER without
+        an answer.
 
-    async def _request(self, subject: str, payload: bytes, timeout: float = DEFAULT_TIMEOUT) -> Msg:
+        ``leased``: the message of each, whose lease gates sending it again: a copy is not sent
+        again once its lease is less than LEASE_MARGIN from its end (the message may be someone
+        else's by then): ``Conflict``. A restarted broker may have forgotten handing a message out
+        (docs/operations.md, "Failures and what happens"): it ignores an ``+ACK`` of it without an
+        answer, so an ``+ACK`` still unanswered SILENT_AFTER after the connection came back is
+        checked against its consumer's delivered sequence, and one of a message the consumer has
+        not delivered since its restart raises ``Conflict`` (it will be delivered again). The rest
+        raise ``BrokerUnavailable`` at ``timeout``."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        pending: dict[int, tuple[str, bytes]] = dict(enumerate(acks))  #: not confirmed yet
+        again: set[int] = set(pending)  #: to send (again) now
+        sent_at: dict[int, float] = {}
+        failures: list[BaseException] = []  #: PermissionDenied, Unauthorized, RuntimeError
+        refused: dict[int, str] = {}  #: ``lease`` (ran out before a copy could be sent again) or ``forgotten``
+        waiters: list[tuple[str, asyncio.Future[Msg]]] = []
+        wake: asyncio.Future[None] = loop.create_future()  #: something to do: a failure, a 503, all confirmed
+        back_at: Optional[float] = None  #: when the connection came back with acknowledgements unanswered
+        delay = 0.01
+
+        def answered(index: int, future: asyncio.Future[Msg]) -> None:
+            if future.cancelled() or index not in pending:
+                return
+            if future.exception() is not None:
+                failures.append(future.exception())  # type: ignore[arg-type]
+            elif future.result().headers and future.result().headers.get(_STATUS) == "503":
+                again.add(index)
+            else:
+                del pending[index]
+            if not wake.done() and (failures or again or not pending):
+                wake.set_result(None)
+
+        try:
+            while True:
+                reconnect = self._reconnect
+                batch, now = sorted(again), time.monotonic()
+                again.clear()
+                for index in batch:
+                    if index not in pending:
+                        continue
+                    if index in sent_at and leased is not None and leased[index]._lease_end - now < LEASE_MARGIN:
+                        del pending[index]
+                        refused[index] = "lease"
+                        continue
+                    reply, payload = pending[index]
+                    token, future = self._new_waiter()
+                    waiters.append((token, future))
+                    future.add_done_callback(functools.partial(answered, index))
+                    sent_at[index] = loop.time()
+                    await self._nc.publish(reply, payload, reply=f"{self._mux}.{token}")
+                if failures:
+                    raise failures[0]
+                now = loop.time()
+                if not pending or now >= deadline:
+                    break
+                due = min(sent_at[index] for index in pending) + RESEND_AFTER
+                if back_at is not None:
+                    due = min(due, back_at + SILENT_AFTER)
+                await asyncio.wait({wake, reconnect}, timeout=max(min(due, deadline) - now, 0.001),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if failures:
+                    raise failures[0]
+                if wake.done():
+                    wake = loop.create_future()
+                    if again and pending:
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, 0.25)
+                now = loop.time()
+                if reconnect.done():
+                    again.update(pending)
+                    back_at = now
+                    continue
+                if back_at is not None and now >= back_at + SILENT_AFTER:
+                    back_at = None
+                    silent = {index: reply for index, (reply, payload) in pending.items() if payload == b"+ACK"}
+                    for index in await self._forgotten(silent, deadline):
+                        if pending.pop(index, None) is not None:
+                            refused[index] = "forgotten"
+                again.update(index for index in pending if now - sent_at[index] >= RESEND_AFTER)
+        finally:
+            for token, future in waiters:
+                self._waiting.pop(token, None)
+                future.cancel()
+        if not pending and not refused:
+            return
+        raise self._unsettled(len(acks), pending, refused, leased, verb, timeout)
+
+    async def _forgotten(self, replies: dict[int, str], deadline: float) -> set[int]:
+        """Of these acknowledgements (by index: the reply subject of each message), those of messages
+        their consumer has not handed out since the broker restarted: its delivered stream sequence
+        is below theirs (the broker forgot delivering them: it writes a consumer's state within
+        about 100 ms). Empty when the broker does not answer."""
+        by_consumer: dict[tuple[str, str], dict[int, int]] = {}
+        for index, reply in replies.items():
+            tokens = reply.split(".")
+            if len(tokens) > 9:  # the v2 form carries a domain and an account hash first
+                tokens = tokens[:2] + tokens[4:]
+            by_consumer.setdefault((tokens[2], tokens[3]), {})[index] = int(tokens[5])
+        found: set[int] = set()
+        for (stream, consumer), sequences in by_consumer.items():
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            try:
+                reply = await self._request(f"$JS.API.CONSUMER.INFO.{stream}.{consumer}", b"", timeout=remaining)
+                delivered = int(json.loads(reply.data)["delivered"]["stream_seq"])
+            except (EnclaveError, ValueError, KeyError, TypeError):
+                continue
+            found.update(index for index, sequence in sequences.items() if sequence > delivered)
+        return found
+
+    @staticmethod
+    def _unsettled(count: int, pending: dict[int, tuple[str, bytes]], refused: dict[int, str],
+                   leased: Optional[list[Message]], verb: str, timeout: float) -> EnclaveError:
+        """The error of acknowledgements not confirmed: ``Conflict`` for one whose lease ran out
+        before it could be sent again or whose delivery the broker forgot, else ``BrokerUnavailable``."""
+        def name(index: int) -> str:
+            return f"message {leased[index].id}" if leased is not None else "the message"
+
+        if refused:
+            index, why = min(refused.items())
+            if why == "lease":
+                text = (f"The lease on {name(index)} ran out before the broker confirmed it was {verb} (the "
+                        f"connection to the broker was lost meanwhile); it may have been {verb}, or be someone "
+                        "else's now. Receive it again.")
+            else:
+                text = (f"The broker restarted and forgot it had handed out {name(index)} (it writes deliveries "
+                        f"to disk within about 100 ms; this one was lost in the crash), so it was not {verb}. "
+                        "It will be delivered again.")
+            if count > 1:
+                text = f"{len(refused) + len(pending)} of {count} messages were not {verb}; the first: {text}"
+            return Conflict(text)
+        return BrokerUnavailable(f"The broker did not confirm {len(pending)} acknowledgement(s) within {timeout:g} s.")
+
+    async def _request(self, subject: str, payload: bytes, timeout: float = DEFAULT_TIMEOUT, *,
+                       resend: bool = False) -> Msg:
         """A request through the reply multiplexer (so a permission denial fails it at once).
         "No responders" is asked again for up to RETRY_WINDOW seconds: the broker answers so for
-        a moment during a configuration reload. The last answer is returned as it is."""
+        a moment during a configuration reload. The last answer is returned as it is. ``resend``
+        (for a request that may be taken twice): also asked again when the connection came back
+        before its answer, within ``timeout`` in all."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + RETRY_WINDOW
+        until = loop.time() + timeout
         delay = 0.01
         while True:
             self._check_open()
             token, future = self._new_waiter()
+            reconnect = self._reconnect
             await self._nc.publish(subject, payload, reply=f"{self._mux}.{token}")
-            reply = await self._await(token, future, timeout, f"the request to {subject}")
+            if resend:
+                await asyncio.wait({future, reconnect}, timeout=max(until - loop.time(), 0.001),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if not future.done():
+                    self._waiting.pop(token, None)
+                    future.cancel()
+                    if reconnect.done() and loop.time() < until:
+                        continue
+                    raise BrokerUnavailable(f"The broker did not confirm the request to {subject} within "
+                                            f"{timeout:g} s.")
+                reply = future.result()
+            else:
+                reply = await self._await(token, future, timeout, f"the request to {subject}")
             unanswered = bool(reply.headers) and reply.headers.get(_STATUS) == "503"
             if not unanswered or loop.time() + delay > deadline:
                 return reply
@@ -262,7 +404,8 @@ class Queue(Receiving, Inspecting):
             delay = min(delay * 2, 0.25)
 
     async def _note_error(self, message_id: int, error: str) -> None:
-        reply = await self._request(f"{ERRORS_SUBJECT}.{message_id}", envelope.one_line(error).encode())
+        reply = await self._request(f"{ERRORS_SUBJECT}.{message_id}", envelope.one_line(error).encode(),
+                                    resend=True)  # a note stored twice reads as once
         if reply.headers and reply.headers.get(_STATUS) == "503":
             raise BrokerUnavailable("The broker did not store the error note (no stream for it yet).")
 

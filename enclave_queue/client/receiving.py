@@ -416,7 +416,7 @@ class Receiving:
         for message in messages:
             message._settle()
         if confirm:
-            await self._confirm_many([(message._reply, b"+ACK") for message in messages], timeout)
+            await self._confirm_many([(message._reply, b"+ACK") for message in messages], timeout, leased=messages)
         else:
             await self._send_unconfirmed([message._reply for message in messages])
 

@@ -146,7 +146,9 @@ class Accounts:
             await self._delete_stream(orphan)
         await self.sync()
         self._remove_store_dirs(keep=set(self._records))
-        self.refill()
+        # the pool is filled by the caller once its subscriptions are made (``refill``): a reload
+        # that adds accounts while a subscription of the control account is being matched to the
+        # queue accounts' stream imports crashed nats-server 2.15.1 (nil Sublist in addShadowSub)
 
     # -- the broker configuration -------------------------------------------------------------
 

@@ -78,16 +78,18 @@ def raw_request(stack, head: bytes, pieces: int = 1) -> bytes:
         return answer
 
 
-def test_request_heads_up_to_the_documented_16_kib_reach_the_app_and_larger_ones_do_not(stack):
+def test_request_heads_up_to_16_kib_reach_the_app_larger_ones_are_a_431_and_past_1_mib_plain_text(stack):
     def head(header_bytes: int) -> bytes:
         return (f"GET {QUEUES}/no-such-queue HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {stack.token}\r\n"
                 f"X-Padding: {'a' * header_bytes}\r\n\r\n").encode()
 
     answer = raw_request(stack, head(12 * 1024), pieces=8)
     assert answer.startswith(b"HTTP/1.1 404 ") and b"application/problem+json" in answer
-    answer = raw_request(stack, head(64 * 1024), pieces=64)
-    # uvicorn (h11) refuses a head over 16 KiB before the app sees it: plain text, and the
-    # connection closed (docs/api.md, "Request size")
+    answer = raw_request(stack, head(64 * 1024), pieces=64)  # in pieces too: a 431 problem
+    assert answer.startswith(b"HTTP/1.1 431 ") and b"application/problem+json" in answer
+    answer = raw_request(stack, head(2 * 1024 * 1024), pieces=64)
+    # past the 1 MiB the HTTP server reads at all, uvicorn (h11) answers itself: plain text, and
+    # the connection closed (docs/api.md, "Request size")
     assert answer.startswith(b"HTTP/1.1 400 ") and b"text/plain" in answer
     assert answer.endswith(b"Invalid HTTP request received.")
 
@@ -109,3 +111,11 @@ def test_a_broker_that_does_not_answer_is_a_503_problem_with_retry_after(enclave
         while http.get(f"{QUEUES}/paused/stats").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert http.get(f"{QUEUES}/paused/stats").status_code == 200
+
+
+@pytest.mark.parametrize("size", [20 * 1024, 64 * 1024, 512 * 1024])
+def test_a_request_head_over_16_kib_is_a_431_problem(stack, size):
+    for path in ("/v1/projects/default/queues", "/healthz", "/"):  # before the token is looked at
+        response = httpx.get(f"{stack.api_url}{path}", headers={"X-Padding": "a" * size})
+        body = problem(response, 431, "Request header fields too large")
+        assert "at most 16384" in body["detail"]

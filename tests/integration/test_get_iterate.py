@@ -1,7 +1,6 @@
 """get (a long poll) and iterate (async and sync generators), against the real broker."""
 
 import asyncio
-import time
 
 import pytest
 
@@ -13,14 +12,12 @@ from tests.helpers import eventually, make_queue
 async def test_a_long_poll_returns_as_soon_as_a_message_arrives(stack, unique_name):
     creds = make_queue(stack, unique_name)
     async with connect(creds) as worker, connect(creds) as producer:
-        started = time.monotonic()
         polling = asyncio.ensure_future(worker.get(timeout_s=30))
         await asyncio.sleep(0.5)
         assert not polling.done()  # it waits …
         await producer.put({"n": 1})
         message = await asyncio.wait_for(polling, 10)  # … and returns with the message, not at 30 s
         assert message is not None and message.body == {"n": 1}
-        assert time.monotonic() - started < 30
         await message.ack()
 
 

@@ -6,6 +6,8 @@
   so it returns the one id the message was stored under, or raises ``MaybeStored`` (whose key
   puts it again once); ``put_many`` sends its whole batch again the same way;
 - ``send_batch`` (no keys) says how many may have been stored, without waiting out its timeout;
+- acks, nacks and extends are sent again after the reconnect; an ack of a delivery the restarted
+  broker forgot raises Conflict (and only that message comes back), one whose lease is ending too;
 - the broker facts the batch retry relies on: a repeated Nats-Msg-Id refuses a whole atomic batch
   (10201), and a publish with a Nats-Expected-Last-Msg-Id no message has reads a stored id's
   sequence and stores nothing (nats-server 2.15.1).
@@ -24,7 +26,7 @@ import pytest
 from nats.js import api
 
 from enclave_queue.client import connect
-from enclave_queue.errors import MaybeStored
+from enclave_queue.errors import Conflict, MaybeStored
 from tests.helpers import eventually, make_queue
 
 pytestmark = pytest.mark.slow
@@ -209,3 +211,105 @@ async def test_the_broker_refuses_a_batch_repeating_a_stored_msg_id_and_tells_it
         assert (await js.stream_info("S")).state.messages == 3
     finally:
         await nc.close()
+
+
+async def test_a_receive_by_hand_waiting_across_a_broker_kill_takes_a_message_put_after_it(enclave_stack_factory):
+    """The API's receive sends its pulls again too (at most every 2 s): the message put after the
+    restart is handed out within the wait, and an empty wait still ends on time."""
+    stack = enclave_stack_factory()
+    creds = make_queue(stack, "by-hand")
+    with stack.admin() as admin:
+        loop = asyncio.get_running_loop()
+        waiting = loop.run_in_executor(None, lambda: admin.receive("default", "by-hand", 1, 10))
+        await asyncio.sleep(0.5)
+        await kill_broker(stack)
+        async with connect(creds) as producer:
+            await producer.put("after the restart")
+        (taken,) = await asyncio.wait_for(waiting, 12)
+        assert taken["body"] == "after the restart"
+        admin.delete_message("default", "by-hand", taken["receipt"])
+        started = time.monotonic()
+        assert admin.receive("default", "by-hand", 1, 3) == []
+        assert time.monotonic() - started < 4.5
+
+
+async def test_acks_across_a_broker_kill_are_sent_again_and_their_messages_do_not_come_back(enclave_stack_factory):
+    """Acks sent as the broker dies are sent again once the connection is back, within the ack's
+    timeout. A message handed out just before the kill may have been forgotten by the restarted
+    broker, which ignores an ack of it without an answer: that ack raises Conflict saying so, and
+    only such a message comes back."""
+    stack = enclave_stack_factory()
+    creds = make_queue(stack, "restart-acks", visibility_timeout_seconds=2)
+    async with connect(creds) as queue:
+        await queue.send_batch([f"m{n}" for n in range(30)])
+        settled = await queue.receive(batch=20, wait=1)
+        await asyncio.sleep(0.3)  # their deliveries are on disk now (nats-server writes them within ~100 ms)
+        fresh = await queue.receive(batch=10, wait=1)  # handed out just before the kill: may be forgotten
+        assert (len(settled), len(fresh)) == (20, 10)
+        killing = asyncio.create_task(kill_broker(stack))
+        await asyncio.sleep(0)  # the broker is dead from here
+        started = time.monotonic()
+        outcomes = await asyncio.gather(*(m.ack() for m in settled + fresh), return_exceptions=True)
+        took = time.monotonic() - started
+        await killing
+        assert outcomes[:20] == [None] * 20
+        forgotten = set()
+        for message, outcome in zip(fresh, outcomes[20:], strict=True):
+            if outcome is not None:
+                assert isinstance(outcome, Conflict), repr(outcome)
+                assert "The broker restarted and forgot it had handed out message" in str(outcome)
+                forgotten.add(message.id)
+        assert took < 3, took  # not the ack's 5 s timeout
+        await asyncio.sleep(2.5)  # past the 2 s lease of any ack that did not count
+        back = await queue.receive(batch=30, wait=0.5)
+        assert {m.id for m in back} == forgotten
+        await queue.delete_many(back)
+
+
+async def test_extend_nack_and_delete_many_across_a_broker_kill_are_confirmed(enclave_stack_factory):
+    stack = enclave_stack_factory()
+    creds = make_queue(stack, "restart-nacks", visibility_timeout_seconds=2)
+    async with connect(creds) as queue:
+        await queue.put("a")
+
+        async def across_a_kill(verb) -> float:
+            killing = asyncio.create_task(kill_broker(stack))
+            await asyncio.sleep(0)
+            started = time.monotonic()
+            await verb
+            took = time.monotonic() - started
+            await killing
+            return took
+
+        (first,) = await queue.receive(wait=1)
+        await asyncio.sleep(0.3)  # the delivery is on disk
+        assert await across_a_kill(first.extend()) < 3
+        started = time.monotonic()
+        assert await across_a_kill(first.nack(delay_s=0.5, error="across a kill")) < 3
+        again = await queue.get(timeout_s=3)
+        assert again is not None and (again.id, again.attempts, again.last_error) == (first.id, 2, "across a kill")
+        assert 0.5 <= time.monotonic() - started < 2  # after its delay, not its lease
+        await queue.send_batch(["b", "c"])
+        taken = [again, *await queue.receive(batch=2, wait=1)]
+        await asyncio.sleep(0.3)
+        assert await across_a_kill(queue.delete_many(taken)) < 3
+        await asyncio.sleep(2.5)  # past the lease of any ack that did not count
+        assert await queue.receive(batch=10, wait=0.5) == []
+
+
+async def test_an_ack_not_confirmed_before_its_lease_ran_out_raises_conflict(enclave_stack_factory):
+    """A broker that does not answer (paused): the ack is not sent again once its lease is ending,
+    since the message may be someone else's then."""
+    stack = enclave_stack_factory()
+    creds = make_queue(stack, "lease-runs-out", visibility_timeout_seconds=2)
+    async with connect(creds) as queue:
+        await queue.put("slow")
+        (message,) = await queue.receive(wait=1)
+        await asyncio.sleep(1)
+        os.kill(stack.broker_pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(Conflict, match=rf"^The lease on message {message.id} ran out before the broker "
+                                               r"confirmed it was acked"):
+                await message.ack()
+        finally:
+            os.kill(stack.broker_pid, signal.SIGCONT)

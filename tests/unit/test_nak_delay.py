@@ -35,9 +35,12 @@ def test_the_schedule_repeats_its_last_entry():
     (10, 1, [], 10_000_000_000),  # no schedule: as asked
     (10, 1, [1.0, 5.0, 60.0], 10_000_000_000),  # first receive: backoff[0] - backoff[0]
     (10, 2, [1.0, 5.0, 60.0], 6_000_000_000),  # 10 + 1 - 5
-    (2, 3, [1.0, 5.0, 60.0], 1_000_000),  # 2 + 1 - 60 < 0: the smallest delay there is
+    (2, 3, [1.0, 5.0, 60.0], -57_000_000_000),  # 2 + 1 - 60: negative, which the server adds as it is
+    (0.5, 2, [1.0, 3.0, 8.0], -1_500_000_000),  # 0.5 + 1 - 3
+    (4, 2, [1.0, 5.0], -1),  # 4 + 1 - 5 = 0 would be no delay: one nanosecond less
 ])
 def test_the_nak_sent(delay, receive_count, backoff, sent_ns):
+    """Hand-computed: wanted + backoff[0] - backoff[min(receive_count - 1, last)], in nanoseconds."""
     payload = nak_payload(delay, receive_count, backoff)
     if sent_ns is None:
         assert payload == b"-NAK"
