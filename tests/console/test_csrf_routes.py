@@ -1,0 +1,63 @@
+"""Every route that changes something refuses a request that carries the console's session cookie
+but not the session's CSRF token, generated from the app's route table (a new route or form
+without the check fails here): the API's routes want the X-CSRF-Token header, the console's
+forms their csrf field. The queue the paths name is real, and still there afterwards."""
+
+import httpx
+import pytest
+
+from enclave_queue.api import create_app
+from enclave_queue.api.paths import endpoints
+from tests.console.test_console_session import set_cookies, sign_in
+from tests.helpers import make_queue
+
+CHANGING = {"POST", "PATCH", "PUT", "DELETE"}
+NOT_SIGNED_IN_YET = {"/sign-in"}  #: its own form token (tests/console/test_console_session.py)
+
+
+def changing_routes() -> list[tuple[str, str]]:
+    table = []
+    for route in endpoints(create_app(None).routes):
+        if route.path in NOT_SIGNED_IN_YET:
+            continue
+        for method in sorted(set(route.methods or ()) & CHANGING):
+            table.append((method, route.path))
+    return table
+
+
+ROUTES = changing_routes()
+
+
+def test_the_route_table_has_the_forms_and_the_api():
+    paths = {path for _, path in ROUTES}
+    assert {"/sign-out", "/projects/{project}/queues/new", "/projects/{project}/queues/{name}/settings",
+            "/projects/{project}/queues/{name}/delete", "/v1/projects/{project}/queues/{name}"} <= paths
+
+
+@pytest.fixture(scope="module")
+def victim(stack) -> str:
+    make_queue(stack, "csrf-victim")
+    yield "csrf-victim"
+    with stack.admin() as admin:
+        admin.delete_queue("default", "csrf-victim")
+
+
+@pytest.mark.parametrize("csrf", [None, "wrong", "ünïcode"], ids=["none", "wrong", "non-ascii"])
+@pytest.mark.parametrize(("method", "template"), ROUTES)
+def test_a_cookie_without_the_sessions_csrf_token_changes_nothing(stack, victim, method, template, csrf):
+    signed = sign_in(stack, stack.token)
+    assert signed.status_code == 303
+    cookies = {name: cookie["value"] for name, cookie in set_cookies(signed).items()}
+    path = template.format(project="default", name=victim, receipt="abc", seq="1", task_id="r00000000",
+                           secret=f"{victim}-password", tab="settings")
+    headers: dict[str, str | bytes] = {"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())}
+    if csrf is not None:
+        headers["X-CSRF-Token"] = csrf.encode()  # as bytes: UTF-8 on the wire
+    form = {"name": "csrf-made", "visibility_timeout_seconds": "7", **({"csrf": csrf} if csrf else {})}
+    response = httpx.request(method, stack.api_url + path, headers=headers,
+                             **({"json": {}} if path.startswith("/v1/") else {"data": form}))
+    assert response.status_code == 403, (method, path, response.status_code, response.text[:200])
+    with stack.admin() as admin:
+        queue = admin.get_queue("default", victim)
+        assert queue["visibility_timeout_seconds"] == 30
+        assert "csrf-made" not in {q["name"] for q in admin.list_queues("default")}
