@@ -8,7 +8,7 @@ import os
 
 import httpx
 
-from enclave_queue.admin import AdminClient
+from enclave_queue.admin import AdminClient, sendable_token
 from enclave_queue.errors import SpecError, Unauthorized
 from enclave_queue.settings import ADMIN_TOKEN_FILE, RUNTIME_FILE, ClientSettings, default_home
 from enclave_queue.spec import shown
@@ -38,7 +38,7 @@ def check_url(url: str) -> None:
 def check_token(token: str | None) -> None:
     """A token goes into the Authorization header: printable ASCII without spaces. The token
     itself is never repeated (it is a secret)."""
-    if token is None or all("!" <= c <= "~" for c in token):
+    if sendable_token(token):
         return
     where = "ENCLAVE_TOKEN" if os.environ.get("ENCLAVE_TOKEN") else f"the token in {default_home() / ADMIN_TOKEN_FILE}"
     raise Unauthorized(f"{where} is not an API token: it holds a character that is not printable ASCII.")

@@ -81,10 +81,15 @@ def url_path(*segments: Segment) -> str:
 GATEWAY_STATUSES = (502, 503, 504)
 
 
+def sendable_token(token: Optional[str]) -> bool:
+    """Whether ``token`` can go into an Authorization header: printable ASCII without spaces."""
+    return token is None or all("!" <= c <= "~" for c in token)
+
+
 class AdminClient:
     def __init__(self, url: str, token: Optional[str], *, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        if token is not None and not all("!" <= c <= "~" for c in token):  # never repeated: a secret
+        if not sendable_token(token):  # never repeated: a secret
             raise Unauthorized("The API token holds a character that is not printable ASCII: it is not an API token.")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, follow_redirects=False,
