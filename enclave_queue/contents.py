@@ -12,8 +12,6 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Optional
 
-from .auth.users import stream_name
-from .broker.config import errors_subject, jsapi_prefix
 from .broker.connection import delete_message, retry_unavailable
 from .controller.deadletters import ERRORS_STREAM
 from .envelope import (
@@ -34,6 +32,7 @@ from .envelope import (
     rfc3339,
 )
 from .errors import BrokerUnavailable, SpecError
+from .names import errors_subject, jsapi_prefix, stream_name
 from .redrive import READ_BATCH, Letter, direct_batch
 from .spec import subject_for
 from .state.records import QueueRecord

@@ -22,10 +22,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Optional
 
-from .auth.users import CONSUMER, LANES, lane_consumer, stream_name
-from .broker.config import jsapi_prefix
 from .broker.connection import REQUEST_TIMEOUT, BrokerConnection, retry_unavailable
 from .errors import BrokerUnavailable
+from .names import CONSUMER, LANES, jsapi_prefix, lane_consumer, stream_name
 from .spec import queue_key
 from .state.records import QueueRecord
 

@@ -26,8 +26,6 @@ import nats.js.errors
 from nats.aio.msg import Msg
 
 from .auth.provenance import Provenance
-from .auth.users import stream_name
-from .broker.config import jsapi_prefix, send_subject
 from .broker.connection import REQUEST_TIMEOUT, RETRY_WINDOW, delete_message, retry_unavailable
 from .controller.deadletters import clean_headers
 from .envelope import (
@@ -40,6 +38,7 @@ from .envelope import (
     SOURCE_SEQUENCE,
 )
 from .errors import BrokerUnavailable, EnclaveError, NotFound, SpecError, publish_refused
+from .names import jsapi_prefix, send_subject, stream_name
 from .spec import (
     FILTER_RULE,
     LIST_LIMIT_RULE,

@@ -29,14 +29,11 @@ from nats.nuid import NUID
 
 from .auth.provenance import Provenance
 from .auth.secrets import MasterKey, SealError
-from .auth.users import CONSUMER, LANES, inbox_prefix, lane_consumer, stream_name, username
-from .broker.config import notes_subject, send_subject
 from .broker.connection import (
     UNAVAILABLE,
     BrokerConnection,
     retry_unavailable,
 )
-from .client.message import nak_payload
 from .contents import EXPORT_PAGE_BYTES, QueueContents
 from .controller.accounts import Accounts
 from .controller.desk import drop_expired
@@ -49,6 +46,7 @@ from .envelope import (
     delay_subject,
     lane_subject,
     message_id,
+    nak_payload,
     prior_attempts,
     publish_as_next,
     put_headers,
@@ -63,6 +61,7 @@ from .errors import (
     SpecError,
     publish_refused,
 )
+from .names import CONSUMER, LANES, inbox_prefix, lane_consumer, notes_subject, send_subject, stream_name, username
 from .redrive import DeadLetterOps
 from .spec import (
     MAX_HISTORY_HOURS,

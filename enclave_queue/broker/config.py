@@ -17,13 +17,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..auth import users
+from ..auth.users import app_permissions
+from ..names import (
+    ADVISORY_KINDS,
+    CONTROL_ACCOUNT,
+    DESK_SUBJECT,
+    ERRORS_SUBJECT,
+    NOTES_SUBJECT,
+    REFUSED_ROOT,
+    REJECT_SUBJECT,
+    SUBJECT_ROOT,
+    SYSTEM_ACCOUNT,
+    advisory_subject,
+    consumer_advisories,
+    desk_subject,
+    errors_subject,
+    jsapi_prefix,
+    notes_subject,
+    refused_subject,
+    reject_subject,
+    stream_name,
+    username,
+)
 from ..spec import LIMITS, default_max_bytes
-
-SYSTEM_ACCOUNT = "SYS"
-CONTROL_ACCOUNT = "CONTROL"
-#: accounts that are not queues
-PLATFORM_ACCOUNTS = frozenset({SYSTEM_ACCOUNT, CONTROL_ACCOUNT})
 
 MAX_MEMORY_STORE = 512 * 1024 * 1024  #: bytes
 
@@ -99,15 +115,6 @@ QUEUE_ACCOUNT_CONSUMERS = 10
 #: JetStream's clear error (10054) instead of a protocol error that closes the connection
 MAX_PAYLOAD = 2 * 1024 * 1024
 
-#: every advisory about a queue's consumers (``$JS.EVENT.ADVISORY.CONSUMER.<KIND>.<stream>.<consumer>``:
-#: ``worker`` and its priority lanes) is exported to the control plane in one entry and arrives
-#: there as ``adv.<id>.<KIND>.<consumer>``: the
-#: dead-letter mover's stream keeps MAX_DELIVERIES, the nak counter listens to MSG_NAKED. One
-#: wildcard entry instead of one per kind keeps the configuration (and each reload) small; the
-#: broker only emits an advisory that someone listens to, so unheard kinds cost nothing
-ADVISORY_KINDS = "*"
-#: the subjects a frozen queue account's puts are mapped to (``queue_account``)
-REFUSED_ROOT = "refused"
 #: how far a queue account is frozen: "off"; "ready" (its user may publish to REFUSED_ROOT, which it
 #: imports from the control account); "frozen" (its queue subjects are also mapped there)
 Refusal = Literal["off", "ready", "frozen"]
@@ -145,52 +152,6 @@ class BrokerConfig:
     refusal: Refusal = "off"
 
 
-def jsapi_prefix(queue_id: str) -> str:
-    """The control account's name for a queue account's ``$JS.API``."""
-    return f"jsapi.{queue_id}"
-
-
-def send_subject(queue_id: str, subject: str) -> str:
-    """The control account's name for a queue subject (``queue.p.n`` -> ``send.<id>.p.n``)."""
-    return f"send.{queue_id}.{subject.removeprefix(users.SUBJECT_ROOT + '.')}"
-
-
-def advisory_subject(queue_id: str, kind: str) -> str:
-    """Where a queue's consumer advisories of ``kind`` (``MSG_NAKED``, or ``*``) land in the control
-    account, from any of its consumers (the last token)."""
-    return f"adv.{queue_id}.{kind}.*"
-
-
-def consumer_advisories(stream: str, kind: str = ADVISORY_KINDS) -> str:
-    return f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{stream}.*"  # the queue's consumer and its priority lanes
-
-
-def errors_subject(queue_id: str, sequence: int | str = "*") -> str:
-    """Where a queue's apps' error notes land in the control account (one subject a message)."""
-    return f"errors.{queue_id}.{sequence}"
-
-
-def reject_subject(queue_id: str) -> str:
-    """Where a queue's apps' reject requests reach the control plane."""
-    return f"deadletter.{queue_id}"
-
-
-def desk_subject(queue_id: str, verb: str = "*") -> str:
-    """Where a queue's apps' requests about their queue reach the control plane (controller/desk.py)."""
-    return f"desk.{queue_id}.{verb}"
-
-
-def notes_subject(queue_id: str) -> str:
-    """Where a queue's apps' put notes (start deadlines) land in the control account's notes stream."""
-    return f"notes.{queue_id}"
-
-
-def refused_subject(queue_id: str) -> str:
-    """Where a frozen queue account's puts reach the control plane (``refused.<id>.<queue subject
-    without its root>``), to be answered with a refusal (broker/storage.py)."""
-    return f"{REFUSED_ROOT}.{queue_id}.>"
-
-
 def queue_account(entry: AccountEntry, refusal: Refusal = "off") -> dict[str, Any]:
     """One queue account. ``refusal`` "frozen": its queue subjects are mapped to REFUSED_ROOT, imported
     from the control account, so every put (an app's, or the control plane's through ``send.<id>``)
@@ -201,18 +162,18 @@ def queue_account(entry: AccountEntry, refusal: Refusal = "off") -> dict[str, An
     a put that met the mapping without the permission would be a permissions violation, which ends
     the client's operations. (A mapping met before its import finds no responder, which clients
     retry as during any reload.)"""
-    stream = users.stream_name(entry.id)
+    stream = stream_name(entry.id)
     only_control = [CONTROL_ACCOUNT]
     account = {
         "imports": [
             {"service": {"account": CONTROL_ACCOUNT, "subject": errors_subject(entry.id)},
-             "to": f"{users.ERRORS_SUBJECT}.*"},
+             "to": f"{ERRORS_SUBJECT}.*"},
             {"service": {"account": CONTROL_ACCOUNT, "subject": reject_subject(entry.id)},
-             "to": users.REJECT_SUBJECT},
+             "to": REJECT_SUBJECT},
             {"service": {"account": CONTROL_ACCOUNT, "subject": desk_subject(entry.id)},
-             "to": f"{users.DESK_SUBJECT}.*"},
+             "to": f"{DESK_SUBJECT}.*"},
             {"service": {"account": CONTROL_ACCOUNT, "subject": notes_subject(entry.id)},
-             "to": users.NOTES_SUBJECT},
+             "to": NOTES_SUBJECT},
         ],
         # a queue's app cannot fill the disk the control state lives on: its account may store
         # max_bytes (reserved out of the store; a full queue refuses publishes with err_code 10002)
@@ -220,14 +181,14 @@ def queue_account(entry: AccountEntry, refusal: Refusal = "off") -> dict[str, An
                       "max_consumers": QUEUE_ACCOUNT_CONSUMERS},
         "users": [
             {
-                "user": users.username(entry.id),
+                "user": username(entry.id),
                 "password": entry.password_hash,
-                "permissions": users.app_permissions(entry.id),
+                "permissions": app_permissions(entry.id),
             }
         ],
         "exports": [
             {"service": "$JS.API.>", "response_type": "stream", "accounts": only_control},
-            {"service": f"{users.SUBJECT_ROOT}.>", "accounts": only_control},
+            {"service": f"{SUBJECT_ROOT}.>", "accounts": only_control},
             {"service": f"$JS.ACK.{stream}.*.>", "accounts": only_control},
             {"stream": consumer_advisories(stream), "accounts": only_control},
         ],
@@ -237,15 +198,15 @@ def queue_account(entry: AccountEntry, refusal: Refusal = "off") -> dict[str, An
                                    "to": f"{REFUSED_ROOT}.>"})
         account["users"][0]["permissions"]["publish"]["allow"].append(f"{REFUSED_ROOT}.>")
     if refusal == "frozen":
-        account["mappings"] = {f"{users.SUBJECT_ROOT}.>": f"{REFUSED_ROOT}.>"}
+        account["mappings"] = {f"{SUBJECT_ROOT}.>": f"{REFUSED_ROOT}.>"}
     return account
 
 
 def control_imports(entry: AccountEntry) -> list[dict[str, Any]]:
-    stream = users.stream_name(entry.id)
+    stream = stream_name(entry.id)
     return [
         {"service": {"account": entry.id, "subject": "$JS.API.>"}, "to": f"{jsapi_prefix(entry.id)}.>"},
-        {"service": {"account": entry.id, "subject": f"{users.SUBJECT_ROOT}.>"}, "to": f"send.{entry.id}.>"},
+        {"service": {"account": entry.id, "subject": f"{SUBJECT_ROOT}.>"}, "to": f"send.{entry.id}.>"},
         {"service": {"account": entry.id, "subject": f"$JS.ACK.{stream}.*.>"}},
         {"stream": {"account": entry.id, "subject": consumer_advisories(stream)},
          "to": advisory_subject(entry.id, ADVISORY_KINDS)},

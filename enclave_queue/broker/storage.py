@@ -42,7 +42,7 @@ from typing import Any, Optional
 
 from nats.aio.msg import Msg
 
-from ..auth.users import stream_name
+from ..names import stream_name
 from .config import REFUSED_ROOT
 from .connection import BrokerConnection
 from .tasks import keep_running, log_failure

@@ -21,8 +21,8 @@ import nats.errors
 from nats.aio.msg import Msg
 
 from .. import envelope
-from ..auth.users import LANES, lane_consumer
 from ..errors import BrokerUnavailable, EnclaveError, SpecError
+from ..names import LANES, lane_consumer
 from .message import PeekedMessage
 from .receiving import _Pull
 

@@ -1,12 +1,11 @@
-"""A received message and how bodies travel: ``Message`` (its verbs are explained in
-queue.py) and its lease, ``PeekedMessage`` (one read by ``Queue.peek``, not leased), the body
-codec, and the retry-delay arithmetic for nacks."""
+"""A received message: ``Message`` (its verbs are explained in queue.py) and its lease, and
+``PeekedMessage`` (one read by ``Queue.peek``, not leased). The body codec and the retry-delay
+arithmetic for nacks are in envelope.py, shared with the server."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,53 +19,6 @@ from ..spec import scheduled_delay
 
 if TYPE_CHECKING:
     from .queue import Queue
-
-JSON = "application/json"
-TEXT = "text/plain; charset=utf-8"
-
-
-def encode(body: Any) -> tuple[bytes, Optional[dict[str, str]]]:
-    """A body as bytes and headers: bytes as they are, str as UTF-8 text, anything else as JSON."""
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        return bytes(body), None
-    if isinstance(body, str):
-        return body.encode(), {"Content-Type": TEXT}
-    return json.dumps(body, separators=(",", ":")).encode(), {"Content-Type": JSON}
-
-
-def nak_delay(wanted: float, receive_count: int, backoff: list[float]) -> float:
-    """The delay to put in a ``-NAK`` so the message comes back ``wanted`` seconds later.
-
-    With a consumer backoff, nats-server 2.15 brings a nak'd message back at nak time + delay -
-    backoff[0] + backoff[its redeliveries so far] (consumer.go, processNak and checkPending), not
-    after the delay alone; this undoes that. The result may be negative (a wanted delay shorter
-    than backoff[n] - backoff[0]): the server takes a negative delay into the same sum (measured
-    on 2.15.1 with backoff [1, 3, 8] at the third receive: -5 s came back after 2.0 s, -6.5 s
-    after 0.5 s). Without a backoff the delay is taken as it is."""
-    if not backoff:
-        return wanted
-    redeliveries = min(max(receive_count - 1, 0), len(backoff) - 1)
-    return wanted + backoff[0] - backoff[redeliveries]
-
-
-def nak_payload(delay: float, receive_count: int, backoff: list[float]) -> bytes:
-    """The ``-NAK`` that hands a message back for ``delay`` seconds (0: at once), compensated for
-    the consumer's backoff (``nak_delay``; negative where the backoff's own step is longer than
-    the wait asked for). The SDK and the API's nack by hand both send this."""
-    if delay <= 0:
-        return b"-NAK"
-    sent = round(nak_delay(delay, receive_count, backoff) * 1e9)
-    return b"-NAK " + json.dumps({"delay": sent or -1}).encode()  # 0 would read as no delay at all
-
-
-def decode(data: bytes, content_type: Optional[str]) -> Any:
-    """The inverse of ``encode``, by the message's Content-Type."""
-    if content_type == JSON:
-        return json.loads(data)
-    if content_type and content_type.startswith("text/"):
-        return data.decode()
-    return data
-
 
 #: headers a direct get adds to a stored message (not the sender's)
 DIRECT_GET_HEADERS = frozenset({"Nats-Stream", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Subject",
@@ -90,7 +42,7 @@ class PeekedMessage:
     @property
     def body(self) -> Any:
         """The body decoded as it was sent: JSON value, text, or bytes."""
-        return decode(self.data, self.headers.get("Content-Type"))
+        return envelope.decode(self.data, self.headers.get("Content-Type"))
 
     @classmethod
     def from_direct_get(cls, msg: Msg) -> PeekedMessage:
@@ -145,7 +97,7 @@ class Message:
     @property
     def body(self) -> Any:
         """The body decoded as it was sent: JSON value, text, or bytes."""
-        return decode(self.data, self.headers.get("Content-Type"))
+        return envelope.decode(self.data, self.headers.get("Content-Type"))
 
     @property
     def sent_at(self) -> datetime:
@@ -240,7 +192,7 @@ class Message:
         if delay_s is None:
             delay_s = scheduled_delay(self.receive_count, backoff)
         self._settle()
-        await self._queue._confirm(self._reply, nak_payload(delay_s, self.receive_count, backoff), message=self,
+        await self._queue._confirm(self._reply, envelope.nak_payload(delay_s, self.receive_count, backoff), message=self,
                                    verb="nacked")
 
     async def release(self, delay_s: float = 0.0) -> None:

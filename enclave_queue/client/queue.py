@@ -63,7 +63,6 @@ from nats.aio.msg import Msg
 from nats.nuid import NUID
 
 from .. import envelope
-from ..auth.users import DESK_SUBJECT, ERRORS_SUBJECT, LANES, NOTES_SUBJECT, REJECT_SUBJECT
 from ..errors import (
     ACCOUNT_FULL,
     QUEUE_FULL,
@@ -79,10 +78,11 @@ from ..errors import (
     from_problem,
     publish_refused,
 )
+from ..names import DESK_SUBJECT, ERRORS_SUBJECT, LANES, NOTES_SUBJECT, REJECT_SUBJECT
 from ..spec import HEADER_ROOM, check_dedupe_key, scheduled_delay
 from .credentials import Credentials
 from .inspecting import Inspecting
-from .message import Message, encode
+from .message import Message
 from .receiving import Receiving, _Pull
 
 DEFAULT_TIMEOUT = 5.0  #: seconds to wait for the broker to confirm an operation
@@ -563,7 +563,7 @@ class Queue(Receiving, Inspecting):
         target = await self._lane(envelope.check_priority(priority))
         own_key = check_dedupe_key(dedupe_key) if dedupe_key is not None else (headers or {}).get("Nats-Msg-Id") or None
         msg_id = own_key or self._nuid.next().decode()
-        data, content = encode(body)
+        data, content = envelope.encode(body)
         await self._check_size(data)
         now = datetime.now(UTC)
         merged = {**(content or {}), **(headers or {}), **envelope.put_headers(now, delay_s=delay, ttl_s=ttl)}
@@ -722,7 +722,7 @@ class Queue(Receiving, Inspecting):
         sub = await self._nc.subscribe(inbox, cb=on_ack)
         try:
             for body in bodies:
-                data, content = encode(body)
+                data, content = envelope.encode(body)
                 if len(data) > limit:
                     errors.append(MessageTooLarge(
                         f"a message of {len(data)} bytes is over the queue's max_message_bytes ({limit})"))
@@ -751,7 +751,7 @@ class Queue(Receiving, Inspecting):
         batch. Raises ``SpecError`` for no bodies or more than 100, ``QueueFull`` when the batch
         does not fit under ``max_messages`` (nothing stored then either)."""
         self._check_open()
-        encoded = [encode(body) for body in bodies]
+        encoded = [envelope.encode(body) for body in bodies]
         if not 1 <= len(encoded) <= MAX_PUT_MANY:
             message = f"must hold 1 to {MAX_PUT_MANY} bodies (got {len(encoded)})"
             raise SpecError(f"put_many: bodies {message}.", errors=[{"field": "bodies", "message": message}])

@@ -37,8 +37,8 @@ import nats.errors
 from nats.aio.msg import Msg
 
 from .. import envelope
-from ..auth.users import lane_consumer
 from ..errors import EnclaveError, SpecError
+from ..names import lane_consumer
 from .message import Message
 
 if TYPE_CHECKING:

@@ -28,20 +28,12 @@ import nats.errors
 import nats.js.errors
 
 from ..auth.secrets import MasterKey, SealError, generate_password, hash_password
-from ..auth.users import stream_name
-from ..broker.config import (
-    DEFAULT_ACCOUNT_BYTES,
-    PLATFORM_ACCOUNTS,
-    AccountEntry,
-    BrokerConfig,
-    Refusal,
-    control_reserve,
-    render,
-)
+from ..broker.config import DEFAULT_ACCOUNT_BYTES, AccountEntry, BrokerConfig, Refusal, control_reserve, render
 from ..broker.connection import BrokerConnection
 from ..broker.supervisor import Supervisor
 from ..broker.tasks import log_failure
 from ..errors import EnclaveError, StorageFull
+from ..names import PLATFORM_ACCOUNTS, stream_name
 from ..state.kv import Store
 from ..state.records import AccountRecord
 

@@ -46,8 +46,7 @@ from nats.js import api
 
 from .. import envelope
 from ..auth.provenance import Provenance
-from ..auth.users import LANES, lane_consumer, stream_name
-from ..broker.config import CONTROL_STREAM_BYTES, advisory_subject, errors_subject, jsapi_prefix, send_subject
+from ..broker.config import CONTROL_STREAM_BYTES
 from ..broker.connection import BrokerConnection, delete_message, ensure_stream, retry_unavailable
 from ..envelope import (
     DEAD_LETTERED_AT,
@@ -60,6 +59,7 @@ from ..envelope import (
     one_line,
 )
 from ..errors import EnclaveError, publish_refused
+from ..names import LANES, advisory_subject, errors_subject, jsapi_prefix, lane_consumer, send_subject, stream_name
 from ..spec import queue_key, subject_for
 from ..state.kv import Store
 from ..state.records import QueueRecord

@@ -39,11 +39,11 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from .. import envelope
-from ..auth.users import lane_consumer, stream_name
-from ..broker.config import CONTROL_STREAM_BYTES, errors_subject, send_subject
+from ..broker.config import CONTROL_STREAM_BYTES
 from ..broker.connection import BrokerConnection, delete_message, ensure_stream, retry_unavailable
 from ..depth import read_depth
 from ..errors import EnclaveError, NotFound, SpecError, publish_refused
+from ..names import errors_subject, lane_consumer, send_subject, stream_name
 from ..spec import subject_for
 from ..state.kv import Store
 from ..state.records import QueueCounters, QueueRecord

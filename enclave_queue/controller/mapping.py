@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from nats.js import api
 
-from ..auth.users import LANES, lane_consumer, stream_name
 from ..envelope import delay_subjects, lane_subject
+from ..names import LANES, lane_consumer, stream_name
 from ..spec import HEADER_ROOM, LIMITS, QueueSpec, subject_for
 
 #: leased-but-not-deleted messages per queue (the server's default of 1000 is low for a queue)

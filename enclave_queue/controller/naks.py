@@ -25,9 +25,9 @@ from typing import Any
 import nats.errors
 from nats.aio.msg import Msg
 
-from ..broker.config import advisory_subject
 from ..broker.connection import BrokerConnection
 from ..errors import EnclaveError
+from ..names import advisory_subject
 from ..state.kv import Store
 
 log = logging.getLogger("enclave.naks")

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Optional
 import nats.errors
 import nats.js.errors
 
-from ..auth.users import CONSUMER, stream_name
 from ..broker.connection import BrokerConnection
 from ..broker.storage import StorageGuard
 from ..broker.tasks import keep_running
 from ..errors import BrokerUnavailable, EnclaveError, StorageFull
+from ..names import CONSUMER, stream_name
 from ..state.kv import Store
 from ..state.records import QueueRecord, QueueStatus, State
 from . import mapping

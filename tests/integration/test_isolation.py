@@ -106,7 +106,8 @@ async def test_a_users_own_operations_work_and_nothing_else_is_allowed(stack, un
         js = nc.jetstream(timeout=1)
         ack = await js.publish(a["subject"], b"mine")
         assert ack.stream == a["stream"]
-        info = await js.stream_info(a["stream"])
+        # retried: the pool's refill after this create reloads the broker's configuration
+        info = await retry_unavailable(lambda: js.stream_info(a["stream"]))
         assert info.state.messages == 1
         # even its own stream cannot be purged or deleted by the app user
         with pytest.raises(nats.errors.TimeoutError):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from enclave_queue.client.message import nak_delay, nak_payload
+from enclave_queue.envelope import nak_delay, nak_payload
 from enclave_queue.spec import scheduled_delay
 
 

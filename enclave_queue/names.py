@@ -1,0 +1,115 @@
+"""Every broker name in one place: accounts, streams, consumers and their lanes, and the subjects
+a queue's apps and the control plane use (pure functions and constants).
+
+Each queue is its own NATS account, named by the queue's id. Inside it, the queue's stream is the
+id in capitals and its consumers are ``worker`` and ``worker-p<N>``; the control account reaches
+each queue account's subjects under names that start with the queue's id (``jsapi.<id>``,
+``send.<id>.…``, ``desk.<id>.<verb>``, …).
+"""
+
+from __future__ import annotations
+
+SYSTEM_ACCOUNT = "SYS"
+CONTROL_ACCOUNT = "CONTROL"
+#: accounts that are not queues
+PLATFORM_ACCOUNTS = frozenset({SYSTEM_ACCOUNT, CONTROL_ACCOUNT})
+
+#: the durable pull consumer every queue's workers share (priority 0: the queue's own subject)
+CONSUMER = "worker"
+#: the priority levels above 0 a queue with ``priorities`` has a consumer (a lane) of its own for
+LANES = tuple(range(1, 10))
+
+
+def lane_consumer(priority: int) -> str:
+    """The consumer of one priority level: ``worker`` for 0, ``worker-p<N>`` above."""
+    return CONSUMER if priority == 0 else f"{CONSUMER}-p{priority}"
+
+
+def lane_of(consumer: str) -> int:
+    """The priority level a consumer serves (the inverse of ``lane_consumer``)."""
+    return int(consumer.rsplit("-p", 1)[1]) if consumer.startswith(f"{CONSUMER}-p") else 0
+#: every queue subject lives under this token inside its own account
+SUBJECT_ROOT = "queue"
+#: an app records why a message failed here (``.<stream seq>``); the broker stores it for the
+#: control plane, which puts it on the dead letter
+ERRORS_SUBJECT = "enclave.errors"
+#: an app asks the control plane to dead-letter a message now (``reject``)
+REJECT_SUBJECT = "enclave.reject"
+#: an app's requests to the control plane about its own queue (``.<verb>``: release, clear,
+#: export, metrics, …; controller/desk.py)
+DESK_SUBJECT = "enclave.desk"
+#: an app tells the control plane about a put it must act on later (a start deadline); stored
+#: durably, so it lands even while the control process is down
+NOTES_SUBJECT = "enclave.notes"
+
+
+def stream_name(queue_id: str) -> str:
+    return queue_id.upper()
+
+
+def username(queue_id: str) -> str:
+    return queue_id
+
+
+def inbox_prefix(queue_id: str) -> str:
+    """The only subjects the app user may subscribe to (apps pass it as ``inbox_prefix``)."""
+    return f"_INBOX_{username(queue_id)}"
+
+
+#: the subjects a frozen queue account's puts are mapped to (``queue_account``)
+REFUSED_ROOT = "refused"
+
+
+def jsapi_prefix(queue_id: str) -> str:
+    """The control account's name for a queue account's ``$JS.API``."""
+    return f"jsapi.{queue_id}"
+
+
+def send_subject(queue_id: str, subject: str) -> str:
+    """The control account's name for a queue subject (``queue.p.n`` -> ``send.<id>.p.n``)."""
+    return f"send.{queue_id}.{subject.removeprefix(SUBJECT_ROOT + '.')}"
+
+
+def advisory_subject(queue_id: str, kind: str) -> str:
+    """Where a queue's consumer advisories of ``kind`` (``MSG_NAKED``, or ``*``) land in the control
+    account, from any of its consumers (the last token)."""
+    return f"adv.{queue_id}.{kind}.*"
+
+
+#: every advisory about a queue's consumers (``$JS.EVENT.ADVISORY.CONSUMER.<KIND>.<stream>.<consumer>``:
+#: ``worker`` and its priority lanes) is exported to the control plane in one entry and arrives
+#: there as ``adv.<id>.<KIND>.<consumer>``: the
+#: dead-letter mover's stream keeps MAX_DELIVERIES, the nak counter listens to MSG_NAKED. One
+#: wildcard entry instead of one per kind keeps the configuration (and each reload) small; the
+#: broker only emits an advisory that someone listens to, so unheard kinds cost nothing
+ADVISORY_KINDS = "*"
+
+
+def consumer_advisories(stream: str, kind: str = ADVISORY_KINDS) -> str:
+    return f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{stream}.*"  # the queue's consumer and its priority lanes
+
+
+def errors_subject(queue_id: str, sequence: int | str = "*") -> str:
+    """Where a queue's apps' error notes land in the control account (one subject a message)."""
+    return f"errors.{queue_id}.{sequence}"
+
+
+def reject_subject(queue_id: str) -> str:
+    """Where a queue's apps' reject requests reach the control plane."""
+    return f"deadletter.{queue_id}"
+
+
+def desk_subject(queue_id: str, verb: str = "*") -> str:
+    """Where a queue's apps' requests about their queue reach the control plane (controller/desk.py)."""
+    return f"desk.{queue_id}.{verb}"
+
+
+def notes_subject(queue_id: str) -> str:
+    """Where a queue's apps' put notes (start deadlines) land in the control account's notes stream."""
+    return f"notes.{queue_id}"
+
+
+def refused_subject(queue_id: str) -> str:
+    """Where a frozen queue account's puts reach the control plane (``refused.<id>.<queue subject
+    without its root>``), to be answered with a refusal (broker/storage.py)."""
+    return f"{REFUSED_ROOT}.{queue_id}.>"
