@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 from tf.iface import DataSource, ReadDataContext
 from tf.schema import Attribute, Schema
@@ -21,9 +21,7 @@ from enclave_queue.errors import EnclaveError
 
 from . import queue_model as model
 from .diagnostics import api_error
-
-if TYPE_CHECKING:
-    from .provider import EnclaveProvider
+from .session import ProviderSession
 
 QUEUE_SCHEMA = Schema(version=0, description="An existing queue's settings and outputs.", attributes=[
     Attribute("name", String(), required=True, description="Queue name."),
@@ -56,8 +54,8 @@ class _ApiDataSource(DataSource):
     NAME: ClassVar[str]
     SCHEMA: ClassVar[Schema]
 
-    def __init__(self, provider: EnclaveProvider) -> None:
-        self.provider = provider
+    def __init__(self, session: ProviderSession) -> None:
+        self.session = session
 
     @classmethod
     def get_name(cls) -> str:
@@ -71,9 +69,9 @@ class _ApiDataSource(DataSource):
         raise NotImplementedError
 
     def read(self, ctx: ReadDataContext, config: dict[str, Any]) -> Optional[dict[str, Any]]:
-        name, project = config["name"], self.provider.project_of(config.get("project"))
+        name, project = config["name"], self.session.project_of(config.get("project"))
         try:
-            return self.fetch(self.provider.api(), project, name)
+            return self.fetch(self.session.api(), project, name)
         except EnclaveError as exc:
             api_error(ctx.diagnostics, "read", self.NAME, name, exc)
             return None

@@ -1,6 +1,7 @@
-"""How the provider reports failures: every API error becomes one error diagnostic whose summary
-is ``Unable to <action> <kind> '<name>': <the API's sentence>``, pointing at the attribute the
-API named when it refused a setting. Nothing the API raises reaches gRPC as an exception."""
+"""How the provider reports failures as diagnostics: every API error becomes one error diagnostic
+whose summary is ``Unable to <action> <kind> '<name>': <the API's sentence>``, pointing at the
+attribute the API named when it refused a setting. Nothing the API raises reaches gRPC as an
+exception."""
 
 from __future__ import annotations
 
@@ -9,10 +10,6 @@ from typing import Any
 from tf.utils import Diagnostics
 
 from enclave_queue.errors import EnclaveError
-
-
-class ProviderError(EnclaveError):
-    """The provider cannot call the API (not configured, or configured with unknown values)."""
 
 
 def api_error(diags: Diagnostics, action: str, kind: str, name: Any, exc: EnclaveError) -> None:

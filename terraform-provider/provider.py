@@ -1,42 +1,33 @@
-"""The provider itself: its configuration (``endpoint``, ``token``, ``project``), the API client
-every resource and data source shares, and how an API error becomes a diagnostic.
+"""The provider itself: its configuration (``endpoint``, ``token``, ``project``), and the list
+of its resources and data sources, each built with the provider's one session (session.py).
 
 One provider process serves one OpenTofu command (validate, plan, apply, import…); OpenTofu
-configures it once and then calls the resources from up to ``-parallelism`` threads at a time,
-so the one ``AdminClient`` (an httpx client, safe to share between threads) is built here.
+configures it once, then calls the resources, which reach the API through the session.
 """
 
 from __future__ import annotations
 
 import re
-import threading
-from typing import Any, Optional
 
 from tf.iface import Config, DataSource, Provider, Resource
 from tf.schema import Attribute, Schema
 from tf.types import String, Unknown
 from tf.utils import Diagnostics
 
-from enclave_queue.admin import AdminClient
 from enclave_queue.settings import ClientSettings
 
 from .data_sources import QueueDataSource, SecretDataSource
-from .diagnostics import ProviderError
 from .queue_model import PROJECT, PROJECT_RULE
 from .queue_resource import QueueResource
+from .session import ProviderSession
 
 #: the address OpenTofu knows the provider by (``required_providers { enclave = { source = … } }``)
 SOURCE = "registry.opentofu.org/enclave/enclave"
-HTTP_TIMEOUT = 30.0  #: seconds for one API request (status long-polls add their wait to it)
 
 
 class EnclaveProvider(Provider):
     def __init__(self) -> None:
-        self._client: Optional[AdminClient] = None
-        self._unusable: Optional[str] = "The provider was not configured (OpenTofu calls ConfigureProvider first)."
-        self.project = "default"
-        #: set by StopProvider (Ctrl-C in OpenTofu): long waits give up and report what they have
-        self.stopping = threading.Event()
+        self.session = ProviderSession()
 
     # -- tf's Provider protocol -------------------------------------------------------------------
 
@@ -70,19 +61,14 @@ class EnclaveProvider(Provider):
         config = config or {}
         pending = [key for key in ("endpoint", "token", "project") if config.get(key) is Unknown]
         defaults = ClientSettings.from_env()
-        self.project = config.get("project") if isinstance(config.get("project"), str) else defaults.project
+        project = config.get("project") if isinstance(config.get("project"), str) else defaults.project
         if pending:
             # OpenTofu configures a provider with unknown values during a plan whose provider block
             # depends on resources not created yet; reading or planning queues must then wait
-            self._unusable = (f"The provider's {', '.join(pending)} will only be known at apply; "
-                              "apply the resources it depends on first (-target).")
+            self.session.refuse(f"The provider's {', '.join(pending)} will only be known at apply; "
+                                "apply the resources it depends on first (-target).", project)
             return
-        url = config.get("endpoint") or defaults.url
-        token = config.get("token") or defaults.token
-        if self._client is not None:
-            self._client.close()
-        self._client = AdminClient(url, token, timeout=HTTP_TIMEOUT)
-        self._unusable = None
+        self.session.connect(config.get("endpoint") or defaults.url, config.get("token") or defaults.token, project)
 
     def get_data_sources(self) -> list[type[DataSource]]:
         return [QueueDataSource, SecretDataSource]
@@ -90,22 +76,17 @@ class EnclaveProvider(Provider):
     def get_resources(self) -> list[type[Resource]]:
         return [QueueResource]
 
-    # -- shared by the resources ------------------------------------------------------------------
+    def new_resource(self, klass: type[Resource]) -> Resource:
+        return klass(self.session)  # tf's default passes the provider itself
 
-    def api(self) -> AdminClient:
-        """The configured API client; raises ProviderError if there is none."""
-        if self._client is None or self._unusable:
-            raise ProviderError(self._unusable or "The provider is not configured.")
-        return self._client
+    def new_data_source(self, klass: type[DataSource]) -> DataSource:
+        return klass(self.session)
 
-    def project_of(self, value: Any) -> str:
-        """A resource's or data source's ``project``, else the provider's."""
-        return value if isinstance(value, str) else self.project
+    # -- the plugin's ------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        self.stopping.set()
+        """StopProvider: long waits give up and report what they have."""
+        self.session.stop()
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self.session.close()

@@ -8,7 +8,7 @@ queue is Ready, or fails with the status message), and turns every API error int
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from tf.iface import (
     CreateContext,
@@ -30,9 +30,7 @@ from enclave_queue.spec import BACKOFF_RULE, LIMITS, MAX_PRIORITY, MIN_PRIORITY,
 
 from . import queue_model as model
 from .diagnostics import api_error, tf_path
-
-if TYPE_CHECKING:
-    from .provider import EnclaveProvider
+from .session import ProviderSession
 
 APPLY_TIMEOUT = 300.0  #: seconds an apply waits for a queue to be Ready, or gone
 POLL_STEP = 2.0  #: seconds one status long-poll may wait (StopProvider is noticed between polls)
@@ -87,8 +85,8 @@ SCHEMA = Schema(version=0, description="A queue of Enclave Queues: a JetStream s
 
 
 class QueueResource(Resource):
-    def __init__(self, provider: EnclaveProvider) -> None:
-        self.provider = provider
+    def __init__(self, session: ProviderSession) -> None:
+        self.session = session
 
     @classmethod
     def get_name(cls) -> str:
@@ -105,7 +103,7 @@ class QueueResource(Resource):
 
     def plan(self, ctx: PlanContext, current: Optional[dict[str, Any]], planned: dict[str, Any]) -> dict[str, Any]:
         config = getattr(ctx, "config", None) or {}
-        result, replace = model.plan(current, config, planned, self.provider.project)
+        result, replace = model.plan(current, config, planned, self.session.project)
         for problem in [*model.validate(config), *model.refused_changes(current, result)]:
             ctx.diagnostics.add_error(problem.summary, problem.detail, path=tf_path(problem.path))
         if hasattr(ctx, "requires_replace"):
@@ -113,9 +111,9 @@ class QueueResource(Resource):
         return result
 
     def create(self, ctx: CreateContext, planned: dict[str, Any]) -> Optional[dict[str, Any]]:
-        name, project = planned["name"], self.provider.project_of(planned.get("project"))
+        name, project = planned["name"], self.session.project_of(planned.get("project"))
         try:
-            api = self.provider.api()
+            api = self.session.api()
             api.create_queue(project, model.create_body({**planned, "project": project}))
         except EnclaveError as exc:
             _report(ctx.diagnostics, "create", name, exc)
@@ -123,9 +121,9 @@ class QueueResource(Resource):
         return self._settle(ctx.diagnostics, api, project, name, "create")
 
     def read(self, ctx: ReadContext, current: dict[str, Any]) -> Optional[dict[str, Any]]:
-        name, project = current["name"], self.provider.project_of(current.get("project"))
+        name, project = current["name"], self.session.project_of(current.get("project"))
         try:
-            return model.state_from_api(self.provider.api().get_queue(project, name))
+            return model.state_from_api(self.session.api().get_queue(project, name))
         except NotFound:
             return None  # deleted outside OpenTofu: gone from state, the next plan creates it again
         except EnclaveError as exc:
@@ -133,10 +131,10 @@ class QueueResource(Resource):
             return current
 
     def update(self, ctx: UpdateContext, current: dict[str, Any], planned: dict[str, Any]) -> Optional[dict[str, Any]]:
-        name, project = current["name"], self.provider.project_of(current.get("project"))
+        name, project = current["name"], self.session.project_of(current.get("project"))
         changes = model.patch_body(current, planned)
         try:
-            api = self.provider.api()
+            api = self.session.api()
             if changes:
                 api.update_queue(project, name, changes)
         except EnclaveError as exc:
@@ -145,11 +143,11 @@ class QueueResource(Resource):
         return self._settle(ctx.diagnostics, api, project, name, "update") or current
 
     def delete(self, ctx: DeleteContext, current: dict[str, Any]) -> Optional[dict[str, Any]]:
-        name, project = current["name"], self.provider.project_of(current.get("project"))
+        name, project = current["name"], self.session.project_of(current.get("project"))
         try:
-            api = self.provider.api()
+            api = self.session.api()
             api.delete_queue(project, name)
-            api.wait_deleted(project, name, APPLY_TIMEOUT, step=POLL_STEP, stop=self.provider.stopping.is_set)
+            api.wait_deleted(project, name, APPLY_TIMEOUT, step=POLL_STEP, stop=self.session.stopping.is_set)
         except NotFound:
             return None
         except EnclaveError as exc:
@@ -159,12 +157,12 @@ class QueueResource(Resource):
 
     def import_(self, ctx: ImportContext, id: str) -> Optional[dict[str, Any]]:
         try:
-            project, name = model.parse_import_id(id, self.provider.project)
+            project, name = model.parse_import_id(id, self.session.project)
         except ValueError as exc:
             ctx.diagnostics.add_error(f"Unable to import queue {id!r}", str(exc))
             return None
         try:
-            return model.state_from_api(self.provider.api().get_queue(project, name))
+            return model.state_from_api(self.session.api().get_queue(project, name))
         except EnclaveError as exc:
             _report(ctx.diagnostics, "import", name, exc)
             return None
@@ -181,7 +179,7 @@ class QueueResource(Resource):
         OpenTofu keeps it in state (tainted after a create) so nothing is orphaned."""
         try:
             return model.state_from_api(api.wait_ready(project, name, APPLY_TIMEOUT, step=POLL_STEP,
-                                                       stop=self.provider.stopping.is_set))
+                                                       stop=self.session.stopping.is_set))
         except EnclaveError as exc:
             _report(diags, action, name, exc)
         try:

@@ -45,9 +45,10 @@ import msgpack
 from msgpack import ExtType
 from tf.gen import tfplugin_pb2 as pb
 from tf.iface import PlanContext, UpgradeContext
-from tf.provider import ProviderServicer, _decode_state
+from tf.provider import ProviderServicer
+from tf.schema import Attribute, NestedBlock
 from tf.types import Unknown
-from tf.utils import Diagnostics, _msgpack_default, _to_attribute_path, to_dynamic_value
+from tf.utils import Diagnostics, to_dynamic_value
 
 CAPABILITIES = pb.ServerCapabilities(plan_destroy=True, get_provider_schema_optional=True)
 NULL = msgpack.packb(None)
@@ -72,13 +73,41 @@ def unpack(value: pb.DynamicValue, *, raw: bool = False) -> Any:
     return None
 
 
+def pack(value: Any) -> bytes:
+    """value as msgpack, tf's Unknown written as tf writes it (msgpack null for None)."""
+    return to_dynamic_value(value).msgpack or NULL
+
+
+def decode(diags: Diagnostics, attrs: dict[str, Attribute], blocks: dict[str, NestedBlock],
+           value: Any) -> Optional[dict[str, Any]]:
+    """An object as a resource sees it: every attribute and block read by its schema (an Unknown
+    stays Unknown, a key the schema does not know is dropped); None for null. A value the schema
+    cannot read becomes Unknown and an error diagnostic on its attribute."""
+    if not isinstance(value, dict):
+        return None
+    decoded: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in attrs:
+            read: Callable[[Any], Any] = attrs[key].type.decode
+        elif key in blocks:
+            read = blocks[key].decode
+        else:
+            continue
+        try:
+            decoded[key] = item if item is Unknown else read(item)
+        except Exception as exc:
+            diags.add_error(f"Failed to decode field '{key}'", f"Error decoding field '{key}': {exc}", path=[key])
+            decoded[key] = Unknown
+    return decoded
+
+
 def _normalize(request: Any) -> None:
     """Rewrite every DynamicValue of a request so that tf reads refined unknowns as Unknown."""
     for descriptor in request.DESCRIPTOR.fields:
         if descriptor.message_type is not None and descriptor.message_type.name == "DynamicValue":
             value = getattr(request, descriptor.name)
             if value.msgpack:
-                value.msgpack = msgpack.packb(unpack(value), default=_msgpack_default)
+                value.msgpack = pack(unpack(value))
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -113,9 +142,9 @@ class EnclaveServicer(ProviderServicer):
         type_name = request.type_name
         attrs, blocks = self._get_res_attrs(type_name), self._get_res_blocks(type_name)
         raw = unpack(request.proposed_new_state, raw=True)
-        _, prior = _decode_state(diags, attrs, blocks, unpack(request.prior_state))
-        _, proposed = _decode_state(diags, attrs, blocks, unpack(request.proposed_new_state))
-        _, config = _decode_state(diags, attrs, blocks, unpack(request.config))
+        prior = decode(diags, attrs, blocks, unpack(request.prior_state))
+        proposed = decode(diags, attrs, blocks, unpack(request.proposed_new_state))
+        config = decode(diags, attrs, blocks, unpack(request.config))
         if diags.has_errors():
             return Response(diagnostics=diags.to_pb())
         if proposed is None:  # destroy
@@ -137,8 +166,9 @@ class EnclaveServicer(ProviderServicer):
             else:
                 encoded[key] = attrs[key].type.encode(value) if key in attrs else blocks[key].encode(value)
         return Response(
-            planned_state=pb.DynamicValue(msgpack=msgpack.packb(encoded, default=_msgpack_default)),
-            requires_replace=[_to_attribute_path([key]) for key in ctx.requires_replace],
+            planned_state=pb.DynamicValue(msgpack=pack(encoded)),
+            requires_replace=[pb.AttributePath(steps=[pb.AttributePath.Step(attribute_name=key)])
+                              for key in ctx.requires_replace],
             diagnostics=diags.to_pb(),
         )
 

@@ -1,5 +1,12 @@
-"""The data-plane SDK. ``async with await connect(creds) as queue`` — see queue.py for what each
-verb does on the broker, and sync.py for the blocking wrapper."""
+"""The data-plane SDK: ``async with connect(creds) as queue``, then ``queue.put``, ``queue.get`` and
+``message.ack``; sync.py is the blocking wrapper.
+
+Layers, each importing only those below it: queue.py (the ``Queue`` facade, ``connect``, and what
+each verb does on the broker) over sending.py, batching.py, receiving.py and inspecting.py (the
+verbs), over message.py (a received message), pulls.py, acks.py and settings.py, over session.py
+(the connection), over credentials.py. Of the rest of the package it uses only names, envelope,
+errors and spec.
+"""
 
 from .credentials import Credentials
 from .inspecting import DeadLetter

@@ -1,24 +1,39 @@
-"""A received message: ``Message`` (its verbs are explained in queue.py) and its lease, and
-``PeekedMessage`` (one read by ``Queue.peek``, not leased). The body codec and the retry-delay
-arithmetic for nacks are in envelope.py, shared with the server."""
+"""A received message: ``Message``, its lease and its verbs (what each does on the broker is in
+queue.py), how a delivery becomes one (``received``), and ``PeekedMessage`` (one read by
+``Queue.peek``, not leased).
+
+It settles messages through acks.py and asks the control plane through the session; receiving.py
+builds messages with ``received`` and settles many at once with ``ack_all`` and ``hand_back``. The
+body codec and the retry-delay arithmetic for nacks are in envelope.py, shared with the server.
+
+What ``received`` does before a message is handed over:
+
+- a message past its start deadline (``put(ttl_s=)``) is not handed over: the control plane drops
+  it and counts it as expired (``expire``), and its lease is ended;
+- a message given back by ``release`` more often than ``max_receives`` allows in total is
+  dead-lettered (the broker counts the receives of each copy only);
+- messages tried before get their ``last_error`` from the control plane, one request a batch;
+- a ``lease_s`` other than the broker's starts the message's lease keeper.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from nats.aio.msg import Msg
 
 from .. import envelope
 from ..errors import Conflict, EnclaveError
 from ..spec import scheduled_delay
-
-if TYPE_CHECKING:
-    from .queue import Queue
+from . import acks
+from .session import DEFAULT_TIMEOUT, Session
+from .settings import Settings
 
 #: headers a direct get adds to a stored message (not the sender's)
 DIRECT_GET_HEADERS = frozenset({"Nats-Stream", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Subject",
@@ -65,23 +80,21 @@ class Message:
     (or its retry schedule's entry for this receive) from receipt, or ``lease_s`` when the receive
     or ``extend`` asked for one."""
 
-    __slots__ = ("_queue", "data", "headers", "_reply", "receive_count", "sequence", "_sent_ns", "id", "attempts",
-                 "last_error", "_lease_end", "_server_lease", "_keeper", "_settled")
+    __slots__ = ("_session", "_settings", "data", "headers", "_reply", "receive_count", "sequence", "_sent_ns", "id",
+                 "attempts", "last_error", "_lease_end", "_server_lease", "_keeper", "_settled")
 
-    def __init__(self, queue: Queue, msg: Msg, consumer: Optional[dict[str, Any]] = None) -> None:
-        """``consumer``: the queue's consumer settings (``Queue._consumer``), which say how long the
+    def __init__(self, session: Session, settings: Settings, msg: Msg, consumer: Optional[dict[str, Any]] = None) -> None:
+        """``consumer``: the queue's consumer settings (``Settings.consumer``), which say how long the
         broker leases this receive; without them the lease is taken as over."""
-        self._queue = queue
+        self._session = session
+        self._settings = settings
         self.data: bytes = msg.data
         self.headers: dict[str, str] = msg.headers or {}
         self._reply: str = msg.reply
-        # $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>
-        tokens = msg.reply.split(".")
-        if len(tokens) > 9:  # the v2 form carries a domain and an account hash first
-            tokens = tokens[:2] + tokens[4:]
-        self.receive_count = int(tokens[4])  #: receives of this copy, this one included
-        self.sequence = int(tokens[5])  #: this copy's position in the queue's stream
-        self._sent_ns = int(tokens[7])
+        delivered = acks.delivery(msg.reply)
+        self.receive_count = delivered.receive_count  #: receives of this copy, this one included
+        self.sequence = delivered.sequence  #: this copy's position in the queue's stream
+        self._sent_ns = delivered.sent_ns
         self.id: int = envelope.message_id(self.headers, self.sequence)
         self.attempts: int = envelope.prior_attempts(self.headers) + self.receive_count
         self.last_error: Optional[str] = None  #: the last error a worker reported for it (nack or reject)
@@ -123,6 +136,14 @@ class Message:
 
     # -- the lease --------------------------------------------------------------------------------
 
+    def _ack(self, payload: bytes) -> acks.Ack:
+        """An acknowledgement of this delivery, not sent again once the lease is about to end."""
+        return acks.Ack(self._reply, payload, self.id, self._lease_end)
+
+    async def _confirm(self, payload: bytes, *, leased: bool = True, verb: str = "acked") -> None:
+        ack = self._ack(payload) if leased else acks.Ack(self._reply, payload)
+        await acks.confirm(self._session, [ack], verb=verb)
+
     def _lease(self, lease_s: float) -> None:
         """Make the lease end ``lease_s`` from now: the broker's own lease is kept alive with
         ``+WPI`` while it is shorter, and the message is given back (``-NAK``) at the end when it
@@ -130,14 +151,12 @@ class Message:
         self._lease_end = time.monotonic() + lease_s
         if self._keeper is not None:
             self._keeper.cancel()
-        self._keeper = asyncio.ensure_future(self._keep(lease_s))
-        self._queue._keepers.add(self._keeper)
-        self._keeper.add_done_callback(self._queue._keepers.discard)
+        self._keeper = self._session.spawn(self._keep(lease_s))
 
     async def _keep(self, lease_s: float) -> None:
         with contextlib.suppress(EnclaveError, RuntimeError):
             if lease_s > self._server_lease:
-                await self._queue._confirm(self._reply, b"+WPI")
+                await self._confirm(b"+WPI", leased=False)
             while not self._settled:
                 remaining = self._lease_end - time.monotonic()
                 if remaining <= 0:
@@ -145,10 +164,10 @@ class Message:
                 step = self._server_lease / 2 if self._server_lease else remaining
                 await asyncio.sleep(min(remaining, step))
                 if self._lease_end - time.monotonic() > 0 and not self._settled:
-                    await self._queue._confirm(self._reply, b"+WPI")
+                    await self._confirm(b"+WPI", leased=False)
             if not self._settled:
                 self._settled = True
-                await self._queue._confirm(self._reply, b"-NAK")
+                await self._confirm(b"-NAK", leased=False)
 
     def _check_lease(self, verb: str) -> None:
         if self._settled:
@@ -173,9 +192,9 @@ class Message:
         self._check_lease("acked")
         self._settle()
         if confirm:
-            await self._queue._confirm(self._reply, b"+ACK", message=self)
+            await self._confirm(b"+ACK")
         else:
-            await self._queue._send_unconfirmed([self._reply])
+            await acks.ack_unconfirmed(self._session, [self._reply])
 
     delete = ack  #: the core verb's name
 
@@ -187,13 +206,12 @@ class Message:
             delay_s = envelope.check_delay(delay_s)
         self._check_lease("nacked")
         if error:
-            await self._queue._note_error(self.id, error)
-        backoff = await self._queue._backoff()
+            await self._session.note_error(self.id, error)
+        backoff = await self._settings.backoff()
         if delay_s is None:
             delay_s = scheduled_delay(self.receive_count, backoff)
         self._settle()
-        await self._queue._confirm(self._reply, envelope.nak_payload(delay_s, self.receive_count, backoff), message=self,
-                                   verb="nacked")
+        await self._confirm(envelope.nak_payload(delay_s, self.receive_count, backoff), verb="nacked")
 
     async def release(self, delay_s: float = 0.0) -> None:
         """Give the message back without spending an attempt (it was not tried: shutting down,
@@ -202,19 +220,19 @@ class Message:
         that keeps its id, put time and deadline, at the back of the queue."""
         delay_s = envelope.check_delay(delay_s)
         self._check_lease("released")
-        await self._queue._desk("release", {"seq": self.sequence, "receive_count": self.receive_count,
-                                            "delay_s": delay_s})
+        await self._session.desk("release", {"seq": self.sequence, "receive_count": self.receive_count,
+                                             "delay_s": delay_s})
         self._settle()
         with contextlib.suppress(EnclaveError):
-            await self._queue._confirm(self._reply, b"+ACK")  # end the lease; the original is gone already
+            await self._confirm(b"+ACK", leased=False)  # end the lease; the original is gone already
 
     async def reject(self, error: Optional[str] = None) -> str:
         """Dead-letter the message now, with ``error`` as its last error. Returns 'moved' (to the
         dead-letter queue), 'discarded' (the queue has none) or 'gone' (it was deleted meanwhile)."""
-        outcome = await self._queue._reject(self.sequence, self.id, self.receive_count, error)
+        outcome = await self._session.reject(self.sequence, self.id, self.receive_count, error)
         self._settle()
         with contextlib.suppress(EnclaveError):
-            await self._queue._confirm(self._reply, b"+ACK")  # end the lease; the message is gone already
+            await self._confirm(b"+ACK", leased=False)  # end the lease; the message is gone already
         return outcome
 
     async def extend(self, lease_s: Optional[float] = None) -> None:
@@ -228,9 +246,67 @@ class Message:
             if self._keeper is not None:
                 self._keeper.cancel()
                 self._keeper = None
-            await self._queue._confirm(self._reply, b"+WPI", message=self, verb="extended")
+            await self._confirm(b"+WPI", verb="extended")
             self._lease_end = time.monotonic() + self._server_lease
             return
         self._lease(lease_s)
         if lease_s < self._server_lease:
-            await self._queue._confirm(self._reply, b"+WPI", message=self, verb="extended")  # ours ends first
+            await self._confirm(b"+WPI", verb="extended")  # ours ends first
+
+
+# -- many messages at once ------------------------------------------------------------------------
+
+async def received(session: Session, settings: Settings, msgs: list[Msg], lease_s: Optional[float]) -> list[Message]:
+    """Deliveries as handed over: expired ones dropped, over-tried ones dead-lettered, last errors
+    read, leases set (see the module's docstring)."""
+    if not msgs:
+        return []
+    config = await settings.consumer()
+    messages = [Message(session, settings, msg, config) for msg in msgs]
+    max_deliver = config["max_deliver"]
+    now = datetime.now(UTC)
+    expired = [m for m in messages if m.deadline is not None and m.deadline <= now]
+    over = [m for m in messages if max_deliver > 0 and m.attempts > max_deliver and m not in expired]
+    if expired:
+        await session.desk("expire", {"seqs": [m.sequence for m in expired]})
+        await acks.ack_unconfirmed(session, [m._reply for m in expired])  # their leases; the messages are gone
+    for message in over:
+        with contextlib.suppress(EnclaveError):
+            await message.reject("received more often than max_receives allows (with releases)")
+    kept = [m for m in messages if m not in expired and m not in over]
+    tried = [m for m in kept if m.attempts > 1]
+    if tried:
+        notes = await session.desk("notes", {"ids": sorted({m.id for m in tried})})
+        for message in tried:
+            message.last_error = notes.get(str(message.id))
+    if lease_s is not None:
+        for message in kept:
+            if lease_s != message._server_lease:
+                message._lease(lease_s)
+    return kept
+
+
+async def ack_all(session: Session, messages: Iterable[Message], timeout: float = DEFAULT_TIMEOUT, *,
+                  confirm: bool = True) -> None:
+    """Ack many messages, waiting once for all the broker's confirmations (``confirm=False``: not at
+    all). Raises ``Conflict`` before sending any if one of them cannot be acked."""
+    messages = list(messages)
+    for message in messages:
+        message._check_lease("acked")
+    for message in messages:
+        message._settle()
+    if confirm:
+        await acks.confirm(session, [message._ack(b"+ACK") for message in messages], timeout)
+    else:
+        await acks.ack_unconfirmed(session, [message._reply for message in messages])
+
+
+async def hand_back(session: Session, messages: list[Message]) -> None:
+    """Give messages fetched but never handed over back at once, without spending an attempt
+    (an iteration left early). Best effort: one the control plane could not release comes
+    back after its lease, as before."""
+    def settled() -> None:
+        for message in messages:
+            message._settle()
+
+    await acks.hand_back(session, [m._reply for m in messages], settled)

@@ -1,0 +1,277 @@
+"""Putting many messages on a queue at once, over a session: ``send_batch`` (pipelined, not atomic)
+and ``put_many`` (one JetStream atomic batch: all or none).
+
+What each does on the broker is in queue.py's docstring. ``send_batch`` counts its PubAcks on one
+inbox of its own; it carries no Nats-Msg-Id, so it sends nothing again. ``put_many`` is sent
+again as a put is (sending.py), whole, with a new batch id and the same Nats-Msg-Id on its commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterable
+from typing import Any, Optional
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.nuid import NUID
+
+from .. import envelope
+from ..errors import (
+    ACCOUNT_FULL,
+    QUEUE_FULL,
+    BrokerUnavailable,
+    EnclaveError,
+    MaybeStored,
+    MessageTooLarge,
+    QueueFull,
+    SpecError,
+)
+from .sending import PutUnderWay, Sending
+from .session import DEFAULT_TIMEOUT, RESEND_AFTER, Backoff, Session, unavailable
+from .settings import Settings
+
+SEND_WINDOW = 5000  #: unconfirmed publishes ``send_batch`` keeps in flight
+MAX_PUT_MANY = 100  #: messages one put_many stores all or none
+MAX_SEND_BATCH = 1000  #: messages one send_batch sends
+LOST_QUIET = 0.5  #: seconds send_batch waits for more PubAcks once the connection was lost (the rest are lost with it)
+ATOMIC_DISABLED = 10174  #: err_code of a batch message to a stream without allow_atomic
+BATCH_INCOMPLETE = 10176  #: err_code of a batch's commit after the broker refused one of its messages
+BATCH_DUPLICATE = 10201  #: err_code of an atomic batch carrying a Nats-Msg-Id the stream stored already
+
+
+class Batching:
+    """The batch putting verbs of one queue; single puts' rules come from ``sending``."""
+
+    def __init__(self, session: Session, settings: Settings, sending: Sending) -> None:
+        self._session = session
+        self._settings = settings
+        self._sending = sending
+
+    async def send_batch(self, bodies: Iterable[Any], *, window: int = SEND_WINDOW,
+                         timeout: float = DEFAULT_TIMEOUT) -> int:
+        """Send many messages, pipelined (up to ``window`` unconfirmed); returns how many the
+        broker stored. If any fails, raises once the rest have settled, saying how many went (the
+        first failure's class: ``QueueFull`` when the queue filled up, each later message refused too).
+        Raises ``MaybeStored`` when some were never confirmed (no answer within ``timeout``, or the
+        connection was lost: their PubAcks are lost with it, so it waits only LOST_QUIET seconds for
+        more after a reconnect): they carry no Nats-Msg-Id, so sending them again may store some twice.
+
+        The PubAcks of a batch all come to one inbox of its own and are counted as they arrive
+        (no future per message), which keeps up with a raw pipelined publisher."""
+        self._session.check_open()
+        bodies = list(bodies)
+        if not 1 <= len(bodies) <= MAX_SEND_BATCH:
+            message = f"must hold 1 to {MAX_SEND_BATCH} bodies (got {len(bodies)})"
+            raise SpecError(f"send_batch: bodies {message}.", errors=[{"field": "bodies", "message": message}])
+        token, broken = self._session.broken_waiter("b")  # broken: failed by a permission denial or close
+        inbox = f"{self._session.mux}.batch.{token}"  # two tokens: outside the reply wildcard's reach
+        sent = acked = stored = skipped = 0
+        errors: list[BaseException] = []
+        progress = asyncio.Event()
+        target = 0  #: wake the sender once no more than this many are unconfirmed
+        lost = False  #: the connection was lost with PubAcks outstanding: wake on every one that still comes
+
+        async def on_ack(msg: Msg) -> None:
+            nonlocal acked, stored
+            acked += 1
+            if msg.headers or b'"error"' in msg.data:
+                try:
+                    self._sending.check_ack(msg)
+                    stored += 1
+                except EnclaveError as exc:
+                    errors.append(exc)
+            else:
+                stored += 1
+            if sent - acked <= target or lost:
+                progress.set()
+
+        async def settle(most: int) -> None:
+            """Wait until at most ``most`` messages are unconfirmed."""
+            nonlocal target, lost
+            target = most
+            reconnect = self._session.reconnect
+            while sent - acked > most:
+                progress.clear()
+                waiter = asyncio.ensure_future(progress.wait())
+                try:
+                    done, _ = await asyncio.wait({waiter, broken, reconnect}, timeout=LOST_QUIET if lost else timeout,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiter.cancel()
+                if broken in done:
+                    broken.result()  # raises PermissionDenied, Unauthorized or "Client is closed."
+                if reconnect in done:
+                    lost, reconnect = True, self._session.reconnect
+                elif not done:
+                    why = ("the connection to the broker was lost before it confirmed them" if lost
+                           else f"the broker did not confirm them within {timeout:g} s")
+                    refused = f"; {len(errors)} were refused, the first: {str(errors[0]).rstrip('.')}" if errors else ""
+                    unsent = len(bodies) - sent - skipped
+                    later = f"; the last {unsent} were not sent" if unsent else ""
+                    raise MaybeStored(f"{stored} of {len(bodies)} messages were stored and {sent - acked} may have "
+                                      f"been: {why}{refused}{later}. Sending those again may store some twice.")
+
+        limit = await self._settings.max_message_bytes()
+        sub = await self._session.nc.subscribe(inbox, cb=on_ack)
+        try:
+            for body in bodies:
+                data, content = envelope.encode(body)
+                if len(data) > limit:
+                    errors.append(MessageTooLarge(
+                        f"a message of {len(data)} bytes is over the queue's max_message_bytes ({limit})"))
+                    skipped += 1
+                    continue
+                sent += 1
+                await self._session.nc.publish(self._session.subject, data, reply=inbox, headers=content)
+                if sent - acked >= window:
+                    await settle(window - 1)
+            await settle(0)
+        finally:
+            self._session.stop_waiting(token, broken)
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+        if errors:
+            first = errors[0]
+            raise type(first)(f"{stored} of {stored + len(errors)} messages were sent; "
+                              f"the first failure: {first}")
+        return stored
+
+    async def put_many(self, bodies: Iterable[Any], *, timeout: float = DEFAULT_TIMEOUT) -> list[int]:
+        """Store 1 to 100 messages all or none, as one atomic batch; returns their sequences (ids)
+        in order once the broker has stored every one. Each body is encoded as ``send`` does and
+        must fit the queue's ``max_message_bytes``: an oversize one is refused before anything is
+        published (``MessageTooLarge`` naming it), and whatever the broker refuses fails the whole
+        batch. Raises ``SpecError`` for no bodies or more than 100, ``QueueFull`` when the batch
+        does not fit under ``max_messages`` (nothing stored then either)."""
+        self._session.check_open()
+        encoded = [envelope.encode(body) for body in bodies]
+        if not 1 <= len(encoded) <= MAX_PUT_MANY:
+            message = f"must hold 1 to {MAX_PUT_MANY} bodies (got {len(encoded)})"
+            raise SpecError(f"put_many: bodies {message}.", errors=[{"field": "bodies", "message": message}])
+        limit = await self._settings.max_message_bytes()
+        for index, (data, _) in enumerate(encoded):
+            if len(data) > limit:
+                raise MessageTooLarge(f"bodies[{index}] is {len(data)} bytes; the queue accepts at most {limit} "
+                                      "(max_message_bytes). Nothing was put.")
+        sending = PutUnderWay(self._sending.new_id(), timeout, (await self._settings.stream()).dedupe_window)
+        loop = asyncio.get_running_loop()
+        token, broken = self._session.broken_waiter("a")  # broken: failed by a permission denial or close
+        inbox = f"{self._session.mux}.atomic.{token}"  # .<attempt>.<n> per message: outside the reply wildcard's reach
+        committed: asyncio.Future[int] = loop.create_future()  #: the attempt whose commit was answered
+        replies: dict[int, dict[int, Msg]] = {}  #: each attempt's non-empty answers by batch position (1-based)
+        last = len(encoded)
+
+        async def on_reply(msg: Msg) -> None:
+            attempt, position = (int(part) for part in msg.subject.rsplit(".", 2)[1:])
+            if msg.data or msg.headers:  # an empty answer: the message joined the batch
+                replies.setdefault(attempt, {})[position] = msg
+            if position == last and not committed.done():
+                committed.set_result(attempt)
+
+        sub = await self._session.nc.subscribe(f"{inbox}.*.*", cb=on_reply)
+        attempt = 0
+        backoff = Backoff()
+        try:
+            while True:  # the whole batch again, a new batch id, the same Nats-Msg-Id (publish_answer's rules)
+                now = loop.time()
+                reconnect = self._session.reconnect
+                if sending.may_resend(now):
+                    attempt += 1
+                    if sending.first_sent is None:
+                        sending.first_sent = now
+                    await self._publish_batch(encoded, f"{inbox}.{attempt}", sending.msg_id)
+                done, _ = await asyncio.wait({committed, broken, reconnect}, timeout=max(min(
+                    sending.deadline - now, RESEND_AFTER), 0.001), return_when=asyncio.FIRST_COMPLETED)
+                if broken in done:
+                    broken.result()  # raises PermissionDenied, Unauthorized or "Client is closed."
+                pause = 0.0
+                if committed.done():
+                    answers = replies.get(committed.result(), {})
+                    if not any(unavailable(m) for m in answers.values()):
+                        break
+                    if not sending.unanswered:  # no stream took part of it: nothing sent so far was stored
+                        sending.first_sent = None
+                    pause = backoff.next()
+                    committed = loop.create_future()
+                else:
+                    sending.unanswered = True
+                    sending.lost = sending.lost or reconnect.done()
+                if loop.time() + pause >= sending.deadline:
+                    if sending.unanswered:
+                        raise sending.unconfirmed(f"the batch of {last} (all of it or none)", keyed=False)
+                    raise BrokerUnavailable(f"No stream stores subject '{self._session.subject}'; the queue may not exist "
+                                            "any more. Nothing was put.")
+                await asyncio.sleep(pause)
+        finally:
+            self._session.stop_waiting(token, broken)
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+        answers = replies[committed.result()]
+        if _err_code(answers[last]) == BATCH_DUPLICATE:  # an earlier attempt was stored; its answer was lost
+            return await self._stored_batch(sending, last)
+        return self._batch_outcome(answers, last)
+
+    async def _publish_batch(self, encoded: list[tuple[bytes, Optional[dict[str, str]]]], reply: str,
+                             msg_id: str) -> None:
+        """Publish one atomic batch; message n is answered on ``<reply>.<n>``. Its commit carries
+        ``msg_id``: the stream refuses a batch holding a Nats-Msg-Id it stored already, whole
+        (err_code 10201), so a batch sent again after its first was stored stores nothing. A new
+        batch id each time: a half-sent batch is abandoned by the broker, never completed by another."""
+        batch_id = NUID().next().decode()
+        for position, (data, content) in enumerate(encoded, 1):
+            headers = {**(content or {}), "Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(position)}
+            if position == len(encoded):
+                headers.update({"Nats-Batch-Commit": "1", "Nats-Msg-Id": msg_id})
+            await self._session.nc.publish(self._session.subject, data, reply=f"{reply}.{position}", headers=headers)
+
+    async def _stored_batch(self, sending: PutUnderWay, last: int) -> list[int]:
+        """The ids of a batch stored by an earlier attempt whose answer was lost: its commit's
+        sequence, asked by publishing an empty message with the commit's Nats-Msg-Id and a
+        Nats-Expected-Last-Msg-Id no message has. The broker checks the id first and answers a known
+        one as a duplicate with its sequence; an unknown one would be refused (err_code 10070), so
+        nothing is stored either way (measured on nats-server 2.15.1)."""
+        try:
+            answer = await self._sending.publish_answer(self._session.subject, b"", {"Nats-Expected-Last-Msg-Id": NUID().next().decode()},
+                                                sending)
+        except BrokerUnavailable:
+            answer = {}
+        if not answer.get("duplicate"):
+            raise BrokerUnavailable(f"The batch of {last} was stored, but the broker did not say at which sequences "
+                                    "in time; do not put it again.")
+        self._sending.seen(int(answer["seq"]))
+        return list(range(int(answer["seq"]) - last + 1, int(answer["seq"]) + 1))
+
+    def _batch_outcome(self, replies: dict[int, Msg], last: int) -> list[int]:
+        """The sequences of a committed batch, or the error of its first refused message."""
+        for position in sorted(replies):
+            try:
+                sequence = self._sending.check_ack(replies[position])
+            except EnclaveError as exc:
+                code = _err_code(replies[position])
+                if code == ATOMIC_DISABLED:
+                    raise EnclaveError(f"The queue on '{self._session.subject}' does not take atomic batches yet "
+                                       "(its stream lacks allow_atomic until the controller updates it); "
+                                       "nothing was put.") from None
+                if code == BATCH_INCOMPLETE:
+                    raise EnclaveError(f"The broker refused the batch of {last}: {exc} Nothing was put.") from None
+                if code in (QUEUE_FULL, ACCOUNT_FULL):
+                    limit = "max_messages" if code == QUEUE_FULL else "max_bytes"
+                    raise QueueFull(f"The queue on '{self._session.subject}' has no room for {last} more messages "
+                                    f"({limit}); none was put.") from None
+                where = f"bodies[{position - 1}] was refused: " if position < last else ""
+                raise type(exc)(f"{where}{exc.message.rstrip('.')}; none of the {last} messages was put.") from None
+            if position == last:
+                count = int(json.loads(replies[position].data).get("count", 0))
+                if count != last:
+                    raise EnclaveError(f"The broker stored a batch of {count}, not {last}.")
+                return list(range(sequence - count + 1, sequence + 1))
+        raise EnclaveError(f"The broker sent no acknowledgement for the batch of {last}.")
+
+
+def _err_code(msg: Msg) -> Optional[int]:
+    with contextlib.suppress(ValueError, AttributeError):
+        return json.loads(msg.data).get("error", {}).get("err_code")
+    return None

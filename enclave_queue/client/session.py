@@ -1,0 +1,400 @@
+"""One queue's connection to the broker: the reply multiplexer, requests with the SDK's one retry
+of "no responders", failures fanned out to whatever waits, and close.
+
+Everything else in the SDK sits on a ``Session``: settings.py caches the queue's settings read
+through it, acks.py confirms acknowledgements, pulls.py asks the queue's consumers, and the verbs
+(sending.py, batching.py, receiving.py, inspecting.py, message.py) publish and request through it.
+It imports none of them.
+
+Replies to single requests come to one subscription, ``<mux>.<token>``, and find their waiter by
+token. Waits with many replies (a pull, a batch of PubAcks, a direct get) subscribe an inbox of
+their own under ``<mux>.<kind>.<token>`` and register a waiter under their token anyway, so that a
+permission denial, revoked credentials or ``close`` fails them at once (``fail_all``).
+
+"No responders" (a ``503`` status) is how the broker answers a request for a moment during a
+configuration reload, and while JetStream starts after a restart. ``request`` and
+``request_batch`` ask again for up to RETRY_WINDOW seconds (``_retry``, the one such loop); the
+loops that resend for reasons of their own (a put, a pull, an acknowledgement, until their own
+deadline) pause the same way (``Backoff``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Optional, TypeVar
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.nuid import NUID
+
+from .. import envelope
+from ..errors import BrokerUnavailable, EnclaveError, PermissionDenied, Unauthorized, from_problem
+from ..names import DESK_SUBJECT, ERRORS_SUBJECT, NOTES_SUBJECT, REJECT_SUBJECT
+from .credentials import Credentials
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT = 5.0  #: seconds to wait for the broker to confirm an operation
+RETRY_WINDOW = 3.0  #: seconds to keep asking a request nobody answered (a reload)
+RESEND_AFTER = 2.0  #: seconds without an answer before a put or an acknowledgement is sent again
+FIRST_PAUSE = 0.01  #: seconds before the first try again after "no responders"
+LAST_PAUSE = 0.25  #: seconds between tries again at most (the pause doubles up to it)
+STATUS = "Status"  #: the header of the broker's status replies (100, 204, 404, 408, 503, …)
+
+
+def unavailable(msg: Msg) -> bool:
+    """Whether a reply is the broker's "no responders" (status 503)."""
+    return bool(msg.headers) and msg.headers.get(STATUS) == "503"
+
+
+class Backoff:
+    """The pauses between tries after "no responders": FIRST_PAUSE, doubling up to LAST_PAUSE."""
+
+    __slots__ = ("delay",)
+
+    def __init__(self) -> None:
+        self.delay = FIRST_PAUSE  #: seconds: the next pause
+
+    def next(self) -> float:
+        """The next pause in seconds (and the one after doubles)."""
+        delay, self.delay = self.delay, min(self.delay * 2, LAST_PAUSE)
+        return delay
+
+
+class Pull:
+    """A waiter for many replies on an inbox of its own (a pull, a direct get): what arrived, and
+    ``done``, which ends the current request and which ``fail_all`` fails."""
+
+    __slots__ = ("want", "messages", "done", "unanswered", "status", "ended")
+
+    def __init__(self, want: int, done: asyncio.Future[None]) -> None:
+        self.want = want
+        self.messages: list[Msg] = []
+        self.done = done
+        self.unanswered = False  #: the broker said "no responders" (a configuration reload)
+        self.status: Optional[str] = None  #: how the current request ended ("408": expired, "404": nothing, …)
+        self.ended = 0  #: requests of the current round that ended (one a lane: ``pulls.pull_any``)
+
+    def again(self) -> None:
+        """Before the next request: a new future for it to end (``fail_all`` fails the current one)."""
+        if self.done.done():
+            self.done = asyncio.get_running_loop().create_future()
+        self.unanswered, self.status, self.ended = False, None, 0
+
+
+class Session:
+    """One connection, authenticated as the queue's own user, and what waits for its replies."""
+
+    def __init__(self, nc: Client, credentials: Credentials) -> None:
+        self.nc = nc
+        self.credentials = credentials
+        self.subject = credentials.subject  #: the queue's own subject
+        self.mux = f"{credentials.inbox_prefix}.{NUID().next().decode()}"  #: the prefix of every reply subject
+        self.waiting: dict[str, asyncio.Future[Msg] | Pull] = {}  #: by token: failed by ``fail_all``
+        #: resolved at the next reconnect: answers to requests sent before it are lost with the old connection
+        self.reconnect: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.closed = False
+        self._ids = itertools.count(1)
+        self._sub: Any = None
+        self._broken: Optional[EnclaveError] = None  #: why the broker cut us off for good
+        self._closing: Optional[asyncio.Task[None]] = None
+        self._tasks: set[asyncio.Task[Any]] = set()  #: background work: cancelled by ``close``
+
+    async def start(self) -> None:
+        self._sub = await self.nc.subscribe(f"{self.mux}.*", cb=self._on_reply)
+
+    # -- waiters and failures ---------------------------------------------------------------------
+
+    async def _on_reply(self, msg: Msg) -> None:
+        waiter = self.waiting.pop(msg.subject[len(self.mux) + 1:], None)
+        if isinstance(waiter, asyncio.Future) and not waiter.done():
+            waiter.set_result(msg)
+
+    def _reconnected(self) -> None:
+        """The connection is back (nats-py resubscribed and flushed what was buffered): wake whatever
+        waits for an answer to something sent before, which the broker may never have seen (a
+        restarted broker forgets pull requests too), so it is sent again."""
+        current, self.reconnect = self.reconnect, asyncio.get_running_loop().create_future()
+        if not current.done():
+            current.set_result(None)
+
+    def _fail_all(self, exc: Exception) -> None:
+        waiting, self.waiting = self.waiting, {}
+        for waiter in waiting.values():
+            future = waiter.done if isinstance(waiter, Pull) else waiter
+            if not future.done():
+                future.set_exception(exc)
+
+    def _denied(self, text: str) -> None:
+        self._fail_all(PermissionDenied(f"The broker refused this queue's user: {text}."))
+
+    def _revoked(self) -> None:
+        """The broker no longer accepts these credentials (queue deleted, password changed):
+        stop reconnecting and fail everything with Unauthorized."""
+        self._broken = Unauthorized(f"The broker refused user '{self.credentials.username}'; "
+                                    "the queue was deleted or its credentials changed.")
+        self._fail_all(self._broken)
+        if self._closing is None and not self.nc.is_closed:
+            self._closing = asyncio.get_running_loop().create_task(self.nc.close())
+
+    def check_open(self) -> None:
+        """Raise ``RuntimeError`` once closed, ``Unauthorized`` once the broker cut the user off."""
+        if self.closed:
+            raise RuntimeError("Client is closed.")
+        if self._broken is not None:
+            raise self._broken
+
+    def token(self, kind: str = "") -> str:
+        """A token no other waiter of this session has (``kind``: a prefix telling waits apart)."""
+        return f"{kind}{next(self._ids)}"
+
+    def new_waiter(self) -> tuple[str, asyncio.Future[Msg]]:
+        """A token and the future its reply, on ``<mux>.<token>``, resolves."""
+        token = self.token()
+        future: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        self.waiting[token] = future
+        return token, future
+
+    def broken_waiter(self, kind: str) -> tuple[str, asyncio.Future[Msg]]:
+        """For a wait with an inbox of its own: a token and a future only ``fail_all`` resolves
+        (a permission denial, revoked credentials, close). End it with ``stop_waiting``."""
+        token, future = self.token(kind), asyncio.get_running_loop().create_future()
+        self.waiting[token] = future
+        return token, future
+
+    def stop_waiting(self, token: str, broken: asyncio.Future[Any]) -> None:
+        """A wait of ``broken_waiter`` is over: stop telling it about failures."""
+        self.waiting.pop(token, None)
+        if broken.done():
+            broken.exception()  # retrieved, so asyncio does not warn about it
+        else:
+            broken.cancel()
+
+    async def await_reply(self, token: str, future: asyncio.Future[Any], timeout: float, what: str) -> Any:
+        """The future's result; ``BrokerUnavailable`` naming ``what`` after ``timeout`` seconds."""
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            self.waiting.pop(token, None)
+            raise BrokerUnavailable(f"The broker did not confirm {what} within {timeout:g} s.") from None
+
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``coro`` in a task of its own, cancelled by ``close`` if still running (a lease
+        keeper, a prefetch, a settings read)."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    async def _retry(self, ask: Callable[[], Awaitable[T]], unanswered: Callable[[T], bool]) -> T:
+        """``ask()`` again while its answer is "no responders", for up to RETRY_WINDOW seconds;
+        the last answer as it is."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RETRY_WINDOW
+        backoff = Backoff()
+        while True:
+            answer = await ask()
+            if not unanswered(answer) or loop.time() + backoff.delay > deadline:
+                return answer
+            await asyncio.sleep(backoff.next())
+
+    async def request(self, subject: str, payload: bytes, timeout: float = DEFAULT_TIMEOUT, *,
+                      resend: bool = False) -> Msg:
+        """A request through the reply multiplexer (so a permission denial fails it at once).
+        "No responders" is asked again (``_retry``); the last answer is returned as it is.
+        ``resend`` (for a request that may be taken twice): also asked again when the connection
+        came back before its answer, within ``timeout`` in all. Raises ``BrokerUnavailable`` when
+        no answer came in time."""
+        until = asyncio.get_running_loop().time() + timeout
+
+        async def ask() -> Msg:
+            loop = asyncio.get_running_loop()
+            while True:
+                self.check_open()
+                token, future = self.new_waiter()
+                reconnect = self.reconnect
+                await self.nc.publish(subject, payload, reply=f"{self.mux}.{token}")
+                if not resend:
+                    return await self.await_reply(token, future, timeout, f"the request to {subject}")
+                await asyncio.wait({future, reconnect}, timeout=max(until - loop.time(), 0.001),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if future.done():
+                    return future.result()
+                self.waiting.pop(token, None)
+                future.cancel()
+                if not (reconnect.done() and loop.time() < until):
+                    raise BrokerUnavailable(f"The broker did not confirm the request to {subject} within "
+                                            f"{timeout:g} s.")
+
+        return await self._retry(ask, unavailable)
+
+    async def request_batch(self, subject: str, payload: bytes, limit: int, timeout: float, what: str) -> list[Msg]:
+        """The messages one request is answered with until a status ends them (a batched direct
+        get: 204 ends the batch, 404 says nothing is stored). "No responders" is asked again
+        (``_retry``) and raises ``BrokerUnavailable`` naming ``what`` once that is over."""
+        loop = asyncio.get_running_loop()
+        token = self.token("g")
+        inbox = f"{self.mux}.peek.{token}"
+        pull = Pull(limit, loop.create_future())  # failed by a permission denial or close
+
+        async def collect(msg: Msg) -> None:
+            status = msg.headers.get(STATUS) if msg.headers else None
+            if status is None:
+                pull.messages.append(msg)
+                return
+            pull.unanswered = status == "503"
+            if not pull.done.done():
+                pull.done.set_result(None)
+
+        async def ask() -> Pull:
+            pull.again()
+            self.waiting[token] = pull
+            await self.nc.publish(subject, payload, reply=inbox)
+            await self.await_reply(token, pull.done, timeout, what)
+            self.waiting.pop(token, None)
+            return pull
+
+        sub = await self.nc.subscribe(inbox, cb=collect)
+        try:
+            await self._retry(ask, lambda answer: answer.unanswered and not answer.messages)
+        finally:
+            self.waiting.pop(token, None)
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+        if pull.unanswered and not pull.messages:
+            raise BrokerUnavailable(f"The broker did not answer {what} (no responders); try again.")
+        return pull.messages
+
+    async def info(self, verb: str) -> dict[str, Any]:
+        """A JetStream API read of the queue's own (``STREAM.INFO.<stream>``, ``CONSUMER.INFO.…``)."""
+        reply = await self.request(f"$JS.API.{verb}", b"")
+        if unavailable(reply):
+            raise BrokerUnavailable(f"The broker did not answer {verb.split('.')[0]} info; try again.")
+        answer = json.loads(reply.data)
+        if "error" in answer:
+            raise EnclaveError(f"The broker refused {verb}: {answer['error'].get('description')}.")
+        return answer
+
+    # -- the control plane's requests -------------------------------------------------------------
+
+    async def desk(self, verb: str, body: dict[str, Any], timeout: float = 10.0) -> Any:
+        """Ask the control plane's desk (its request endpoint for apps) about this queue; its result,
+        or the error it answered as the same exception class the HTTP API would raise."""
+        reply = await self.request(f"{DESK_SUBJECT}.{verb}", json.dumps(body).encode(), timeout=timeout)
+        if unavailable(reply):
+            raise BrokerUnavailable(f"The control plane is not running; '{verb}' was not done.")
+        answer = json.loads(reply.data)
+        if "error" in answer:
+            problem = answer["error"]
+            raise from_problem(int(problem.get("status", 500)), problem)
+        return answer["result"]
+
+    async def note(self, note: dict[str, Any]) -> None:
+        """Tell the control plane about a put it must act on (stored durably). A note the broker
+        could not store is given up after RETRY_WINDOW: the message itself is stored already, and a
+        worker's SDK still drops it on receipt after its deadline."""
+        with contextlib.suppress(EnclaveError):
+            await self.request(NOTES_SUBJECT, json.dumps(note).encode())
+
+    async def note_error(self, message_id: int, error: str) -> None:
+        """Store ``error`` as the message's error note (its ``last_error`` from now on)."""
+        reply = await self.request(f"{ERRORS_SUBJECT}.{message_id}", envelope.one_line(error).encode(),
+                                   resend=True)  # a note stored twice reads as once
+        if unavailable(reply):
+            raise BrokerUnavailable("The broker did not store the error note (no stream for it yet).")
+
+    async def reject(self, sequence: int, message_id: int, receive_count: int, error: Optional[str]) -> str:
+        """Have the control plane dead-letter a message now: 'moved', 'discarded' or 'gone'."""
+        body = {"seq": sequence, "id": message_id, "receive_count": receive_count, "error": error,
+                "subject": self.subject}
+        reply = await self.request(REJECT_SUBJECT, json.dumps(body).encode(), timeout=10)
+        if unavailable(reply):
+            raise BrokerUnavailable("The control plane is not running; the message was not rejected.")
+        answer = json.loads(reply.data)
+        if "error" in answer:
+            raise EnclaveError(f"The message was not rejected: {answer['error']}")
+        return str(answer["result"])
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop the background work, fail whatever waits with "Client is closed.", and drain and
+        close the connection."""
+        if self.closed:
+            return
+        self.closed = True
+        tasks = list(self._tasks)
+        for task in tasks:  # an iteration left early: its next batch is not wanted; leases lapse
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._fail_all(RuntimeError("Client is closed."))
+        if self._closing is not None:
+            await self._closing
+        if self.nc.is_connected:
+            try:
+                await asyncio.wait_for(self.nc.drain(), DEFAULT_TIMEOUT)
+                return
+            except (TimeoutError, OSError, nats.errors.Error):
+                pass
+        if not self.nc.is_closed:
+            with contextlib.suppress(OSError):
+                await self.nc.close()
+        if self.nc._subs:  # nats-py gave up half-way: the broker reset the connection under it
+            _finish_close(self.nc)
+
+
+async def open_session(creds: Credentials, *, name: str, connect_timeout: float) -> Session:
+    """Connect as the queue's user: one try, then reconnect for ever. Raises ``Unauthorized`` if
+    the broker refuses the username or password, ``BrokerUnavailable`` if it cannot be reached."""
+    session: Optional[Session] = None
+    refused: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        text = str(exc)
+        lowered = text.lower()
+        if "authorization violation" in lowered or "authentication" in lowered:
+            refused.append(text)
+            if session is not None:
+                session._revoked()
+        elif "permissions violation" in lowered and session is not None:
+            session._denied(text.removeprefix("nats: ").strip())
+
+    async def on_reconnect() -> None:
+        if session is not None:
+            session._reconnected()
+
+    try:
+        nc = await nats.connect(
+            creds.broker_url, user=creds.username, password=creds.password, inbox_prefix=creds.inbox_prefix,
+            name=name, connect_timeout=connect_timeout, error_cb=on_error, reconnected_cb=on_reconnect, allow_reconnect=True,
+            max_reconnect_attempts=1, reconnect_time_wait=0.25, pending_size=64 * 1024 * 1024,
+        )
+        nc.options["max_reconnect_attempts"] = -1  # one try to connect, then reconnect for ever
+    except Exception as exc:  # nats-py raises several unrelated types here
+        if refused or "authorization" in str(exc).lower():
+            raise Unauthorized(f"The broker refused user '{creds.username}': wrong username or password.") from exc
+        raise BrokerUnavailable(f"Cannot connect to the broker at {creds.broker_url}: {exc!r}") from exc
+    session = Session(nc, creds)
+    await session.start()
+    return session
+
+
+def _finish_close(nc: Any) -> None:
+    """What nats-py 2.16's close leaves undone when the broker resets the connection while it
+    flushes (it raises ConnectionResetError half-way, after marking itself closed): stop the
+    subscriptions' delivery tasks and drop the transport."""
+    for sub in list(nc._subs.values()):
+        task = sub._wait_for_msgs_task
+        if task is not None and not task.done():
+            task.cancel()
+    nc._subs.clear()
+    if nc._transport is not None:
+        nc._transport.close()

@@ -1,0 +1,109 @@
+"""The queue's settings the SDK needs, read from its consumer and stream over a session and cached
+for SCHEDULE_TTL seconds: the lease, retry schedule and receives allowed; the largest body, the
+priority lanes and the dedupe window.
+
+A stale value is used while a fresh one is read in the background, so no receive or put waits
+for it; ``start`` reads both ahead at connect, so the first receive or put need not wait either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, NamedTuple
+
+from .. import envelope
+from ..errors import BrokerUnavailable
+from ..names import LANES
+from ..spec import HEADER_ROOM
+from .session import Session
+
+SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are cached
+
+
+class StreamSettings(NamedTuple):
+    """What the SDK needs of the queue's stream configuration."""
+
+    max_body: int  #: the largest body the queue accepts (bytes; its max_message_bytes)
+    lanes: bool  #: whether it has priority lanes
+    dedupe_window: float  #: seconds it remembers a Nats-Msg-Id (its duplicate_window)
+
+
+class Settings:
+    """The queue's settings as last read through ``session``."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._values: dict[str, tuple[float, Any]] = {}  #: "consumer" and "stream": (valid until, value)
+        self._fetching: dict[str, asyncio.Task[Any]] = {}  #: their reads under way
+
+    def start(self) -> None:
+        """Read both ahead: a first receive or put need not wait for them."""
+        for key in ("consumer", "stream"):
+            self._refresh(key)
+
+    def clear(self) -> None:
+        """Forget what was read: the next use reads again."""
+        self._values.clear()
+
+    def _refresh(self, key: str) -> asyncio.Task[Any]:
+        """Read setting ``key`` from the broker in a task of its own (one at a time), which stores it
+        for SCHEDULE_TTL seconds."""
+        task = self._fetching.get(key)
+        if task is None or task.done():
+            task = self._session.spawn(self._fetch(key))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no warning
+            self._fetching[key] = task
+        return task
+
+    async def _fetch(self, key: str) -> Any:
+        value = await (self._read_consumer() if key == "consumer" else self._read_stream())
+        self._values[key] = (time.monotonic() + SCHEDULE_TTL, value)
+        return value
+
+    async def _setting(self, key: str) -> Any:
+        """A setting as last read: read now if never read; once stale, the stale value is used while
+        a fresh one is read in the background."""
+        found = self._values.get(key)
+        if found is None:
+            try:
+                return await asyncio.shield(self._refresh(key))
+            except BrokerUnavailable:  # the read ahead at connect met a moment the broker did not answer
+                return await asyncio.shield(self._refresh(key))
+        if time.monotonic() > found[0]:
+            self._refresh(key)
+        return found[1]
+
+    async def _read_consumer(self) -> dict[str, Any]:
+        credentials = self._session.credentials
+        info = await self._session.info(f"CONSUMER.INFO.{credentials.stream}.{credentials.consumer}")
+        config = info.get("config", {})
+        return {"ack_wait": int(config.get("ack_wait", 30 * 10**9)) / 1e9,
+                "backoff": [step / 1e9 for step in (config.get("backoff") or [])],
+                "max_deliver": int(config.get("max_deliver", -1))}
+
+    async def _read_stream(self) -> StreamSettings:
+        config = (await self._session.info(f"STREAM.INFO.{self._session.credentials.stream}"))["config"]
+        lanes = envelope.lane_subject(self._session.subject, LANES[0]) in config.get("subjects", [])
+        return StreamSettings(int(config["max_msg_size"]) - HEADER_ROOM, lanes,
+                              int(config.get("duplicate_window", 0)) / 1e9)
+
+    async def consumer(self) -> dict[str, Any]:
+        """The queue's consumer settings the SDK needs (lease, retry schedule, receives allowed):
+        ``{"ack_wait": s, "backoff": [s, …], "max_deliver": n}``."""
+        return await self._setting("consumer")
+
+    async def backoff(self) -> list[float]:
+        """The queue's retry schedule in seconds (the consumer's backoff)."""
+        return (await self.consumer())["backoff"]
+
+    async def stream(self) -> StreamSettings:
+        return await self._setting("stream")
+
+    async def max_message_bytes(self) -> int:
+        """The largest body the queue accepts (its ``max_message_bytes``)."""
+        return (await self.stream()).max_body
+
+    async def levels(self) -> tuple[int, ...]:
+        """The queue's priority levels, highest first: 9 to 0 on a queue with ``priorities``, else 0."""
+        return (*reversed(LANES), 0) if (await self.stream()).lanes else (0,)
