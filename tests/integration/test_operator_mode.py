@@ -291,3 +291,27 @@ async def test_a_rotation_keeps_both_passwords_for_the_grace_then_ends_the_old_o
     assert new.is_connected
     await new.jetstream(timeout=2).publish("queue.default.qa", b"after")
     await new.close()
+
+
+async def test_the_account_pool_reuses_bounds_and_never_closes_a_held_connection(broker, plane):
+    from enclave_queue.broker.pool import AccountConnections
+
+    for n in range(4):
+        await plane.make_queue(f"p{n}", f"pw-{n}")
+    pool = AccountConnections(broker.url, broker.keys, size=2)
+    try:
+        async with pool.lease("p0") as held:
+            async with pool.lease("p0") as again:
+                assert again is held
+            for n in (1, 2, 3):
+                async with pool.lease(f"p{n}") as nc:
+                    info = await nc.jetstream(timeout=2).stream_info(f"P{n}")  # its own account's stream
+                    assert info.config.name == f"P{n}"
+            assert held.is_connected and len(pool) <= 3  # p0 is held: over the bound, not closed
+            await held.jetstream(timeout=2).publish("queue.default.p0", b"x")
+        async with pool.lease("p1"):
+            pass
+        assert len(pool) == 2
+    finally:
+        await pool.close()
+    assert held.is_closed

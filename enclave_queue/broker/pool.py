@@ -1,0 +1,110 @@
+"""The control plane's connections into queue accounts, opened on demand and bounded in number.
+
+In operator mode nothing of a queue account is imported into the control account (that cost
+grows with every queue), so the control plane reaches a queue's JetStream API, its subject and
+its ack subjects as a user of the queue's own account: a JWT minted for the queue's control key
+(auth/keys.py), signed by the account's key. ``lease(queue_id)`` hands out the account's
+connection, opening it if needed (2–3 ms on the loopback); at most ``size`` stay open, and the
+one used least recently, among those nobody holds, is closed first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+
+from ..auth import jwt
+from ..auth.keys import OperatorKeys
+from ..errors import BrokerUnavailable
+from .claims import control_user
+
+log = logging.getLogger("enclave.broker")
+
+#: queue accounts whose connections stay open at once
+POOL_SIZE = 64
+CONNECT_TIMEOUT = 2.0  #: seconds
+
+
+@dataclass
+class _Open:
+    nc: Client
+    holders: int = 0
+    used: float = field(default_factory=time.monotonic)
+
+
+class AccountConnections:
+    """One connection per queue account, shared by everyone who leases it."""
+
+    def __init__(self, url: str, keys: OperatorKeys, size: int = POOL_SIZE) -> None:
+        self._url, self._keys, self._size = url, keys, size
+        self._open: dict[str, _Open] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    async def _connect(self, queue_id: str) -> Client:
+        user = self._keys.queue_control_user(queue_id)
+        token = jwt.encode(control_user(self._keys.public(user), "control"), self._keys.queue_account(queue_id)).encode()
+        try:
+            return await nats.connect(
+                self._url, user_jwt_cb=lambda: token, name=f"enclave-control-{queue_id}",
+                signature_cb=lambda nonce: base64.b64encode(user.sign(nonce.encode())),
+                connect_timeout=CONNECT_TIMEOUT, max_reconnect_attempts=-1, reconnect_time_wait=0.2,
+                allow_reconnect=True, pending_size=64 * 1024 * 1024,
+            )
+        except Exception as exc:  # nats-py raises several unrelated types here
+            raise BrokerUnavailable(f"Cannot reach queue account {queue_id}: {exc}") from exc
+
+    async def _acquire(self, queue_id: str) -> _Open:
+        if self._closed:
+            raise BrokerUnavailable("The control plane is stopping.")
+        lock = self._opening.setdefault(queue_id, asyncio.Lock())
+        async with lock:
+            entry = self._open.get(queue_id)
+            if entry is None or entry.nc.is_closed:
+                entry = self._open[queue_id] = _Open(await self._connect(queue_id))
+            entry.holders += 1
+            entry.used = time.monotonic()
+        await self._trim()
+        return entry
+
+    async def _trim(self) -> None:
+        idle = sorted((e.used, qid) for qid, e in self._open.items() if e.holders == 0)
+        for _, queue_id in idle[: max(0, len(self._open) - self._size)]:
+            entry = self._open.pop(queue_id)
+            await entry.nc.close()
+
+    @contextlib.asynccontextmanager
+    async def lease(self, queue_id: str) -> AsyncIterator[Client]:
+        """The queue account's connection, held for the block (it is not closed while held)."""
+        entry = await self._acquire(queue_id)
+        try:
+            yield entry.nc
+        finally:
+            entry.holders -= 1
+            entry.used = time.monotonic()
+
+    async def forget(self, queue_id: str) -> None:
+        """Close a deleted queue's connection (its account is gone)."""
+        entry = self._open.pop(queue_id, None)
+        self._opening.pop(queue_id, None)
+        if entry is not None:
+            await entry.nc.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        entries, self._open = list(self._open.values()), {}
+        for entry in entries:
+            with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+                await entry.nc.close()
