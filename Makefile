@@ -1,4 +1,5 @@
-# The README's commands. `make up` runs Enclave Queues; `make test` runs the whole suite.
+# The README's commands. `make up` runs Enclave Queues; `make test` runs ruff, the import contracts
+# (pyproject.toml [tool.importlinter]: the layers, checked by lint-imports) and the whole suite.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -28,6 +29,9 @@ chromium:
 
 test: $(STAMP) chromium
 	$(BIN)/ruff check enclave_queue cli tests bench terraform-provider
+	$(BIN)/lint-imports --no-cache --no-logo
+	@# the Node.js client tests' packages, pinned by tests/node/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tests/node --no-audit --no-fund --loglevel=error; fi
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

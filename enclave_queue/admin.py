@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
-from .errors import BrokerUnavailable, EnclaveError, NotFound, SpecError, Timeout, Unauthorized, from_problem
+from .errors import BrokerUnavailable, EnclaveError, NotFound, Timeout, Unauthorized, from_problem, out_of_range
 from .settings import ClientSettings
 from .spec import (
     MAX_SEQUENCE,
@@ -65,9 +65,7 @@ def check_path_part(field: str, value: Any) -> str:
         pattern, rule = PATH_RULES[field]
         if isinstance(value, str) and pattern.fullmatch(value):
             return value
-    got = shown(value)
-    raise SpecError(f"{field} must be {rule} (got {got}).",
-                    errors=[{"field": field, "message": f"must be {rule} (got {got})"}])
+    raise out_of_range(field, rule, shown(value))
 
 
 def url_path(*segments: Segment) -> str:

@@ -32,13 +32,14 @@ trusted only under its ``Enclave-Provenance`` MAC (auth/provenance.py): ``Enclav
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
 
-from .errors import SpecError
+from .errors import SpecError, out_of_range
 
 ID = "Enclave-Id"
 PRIOR_ATTEMPTS = "Enclave-Prior-Attempts"
@@ -115,7 +116,7 @@ def parse_time(text: Optional[str]) -> Optional[datetime]:
 
 
 def _refuse(field: str, rule: str, got: Any) -> SpecError:
-    return SpecError(f"{field} must be {rule} (got {got!r}).", errors=[{"field": field, "message": f"must be {rule} (got {got!r})"}])
+    return out_of_range(field, rule, repr(got))
 
 
 def _seconds(value: Any) -> Optional[float]:
@@ -216,6 +217,14 @@ async def publish_as_next(publish: Callable[[dict[str, str]], Awaitable[dict[str
     return await publish(headers)
 
 
+def clean_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
+    """A stored message's own headers, without the broker's (``Nats-*``) and ours: what a copy of
+    it (a dead letter, a release, a redrive) starts from."""
+    return {k: v for k, v in (headers or {}).items()
+            if not k.startswith("Nats-") and k not in DEAD_LETTER_HEADERS and k not in SYSTEM_HEADERS
+            and k not in ("Status", "Description")}
+
+
 def one_line(text: str) -> str:
     """An error note as kept: one line, at most MAX_ERROR_BYTES bytes of UTF-8."""
     return " ".join(text.split()).encode()[:MAX_ERROR_BYTES].decode(errors="ignore")
@@ -273,6 +282,15 @@ def nak_payload(delay: float, receive_count: int, backoff: list[float]) -> bytes
         return b"-NAK"
     sent = round(nak_delay(delay, receive_count, backoff) * 1e9)
     return b"-NAK " + json.dumps({"delay": sent or -1}).encode()  # 0 would read as no delay at all
+
+
+def body_view(data: bytes) -> dict[str, Any]:
+    """A stored body as the API shows it: ``{"body": <its text>}`` when it is UTF-8, else
+    ``{"body": None, "body_base64": <its bytes in base64>}``."""
+    try:
+        return {"body": data.decode()}
+    except UnicodeDecodeError:
+        return {"body": None, "body_base64": base64.b64encode(data).decode()}
 
 
 def decode(data: bytes, content_type: Optional[str]) -> Any:

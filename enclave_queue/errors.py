@@ -23,7 +23,8 @@ proxies retry 5xx answers on their own, which a full queue must not invite. A cl
 from a plain ``Conflict`` by the problem's title.
 
 Messages are one sentence that names the object, for example
-``Queue 'emails' does not exist in project 'default'.``
+``Queue 'emails' does not exist in project 'default'.`` A SpecError about one field is built by
+``field_error``, which gives the sentence and the field's entry in ``errors`` alike.
 """
 
 from __future__ import annotations
@@ -50,6 +51,19 @@ class EnclaveError(Exception):
 
 class SpecError(EnclaveError):
     status, exit_code, title = 422, 2, "Invalid specification"
+
+
+def field_error(field: str, message: str, sentence: Optional[str] = None) -> SpecError:
+    """The SpecError of one bad field: ``errors`` names it with ``message`` ("must be an integer
+    from 1 to 100 (got 0)"), and the sentence is ``<field> <message>.`` unless ``sentence`` says
+    it otherwise."""
+    return SpecError(sentence or f"{field} {message}.", errors=[{"field": field, "message": message}])
+
+
+def out_of_range(field: str, rule: str, got: str) -> SpecError:
+    """The SpecError of a field whose value breaks its ``rule``: ``<field> must be <rule> (got
+    <got>).`` (``got``: the value as the sentence shows it, e.g. its repr)."""
+    return field_error(field, f"must be {rule} (got {got})")
 
 
 class NotFound(EnclaveError):
@@ -151,8 +165,7 @@ def publish_refused(error: dict[str, Any], queue: str, max_messages: Optional[in
         return QueueFull(f"Queue {queue} is full ({limit}: the bytes it stores); the message was not stored.")
     if code == SCHEDULES_DISABLED:
         rule = "must be 0 on a queue with max_messages (a limit that refuses new messages rules out delays)"
-        return SpecError(f"delay_s {rule}: queue {queue} has one; the message was not stored.",
-                         errors=[{"field": "delay_s", "message": rule}])
+        return field_error("delay_s", rule, f"delay_s {rule}: queue {queue} has one; the message was not stored.")
     return EnclaveError(f"The broker refused the message to queue {queue}: {description}.")
 
 

@@ -1,10 +1,13 @@
-"""Every broker name in one place: accounts, streams, consumers and their lanes, and the subjects
-a queue's apps and the control plane use (pure functions and constants).
+"""Every broker name in one place: accounts, streams, consumers and their lanes, the subjects
+a queue's apps and the control plane use, and the control account's own streams and KV buckets
+(pure functions and constants).
 
 Each queue is its own NATS account, named by the queue's id. Inside it, the queue's stream is the
 id in capitals and its consumers are ``worker`` and ``worker-p<N>``; the control account reaches
 each queue account's subjects under names that start with the queue's id (``jsapi.<id>``,
-``send.<id>.…``, ``desk.<id>.<verb>``, …).
+``send.<id>.…``, ``desk.<id>.<verb>``, …). The control account keeps its state in KV buckets
+(state/kv.py) and four streams of its own: advisories (the dead-letter mover's), error notes,
+put notes (start deadlines) and depth samples.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ def lane_consumer(priority: int) -> str:
 def lane_of(consumer: str) -> int:
     """The priority level a consumer serves (the inverse of ``lane_consumer``)."""
     return int(consumer.rsplit("-p", 1)[1]) if consumer.startswith(f"{CONSUMER}-p") else 0
+
+
 #: every queue subject lives under this token inside its own account
 SUBJECT_ROOT = "queue"
 #: an app records why a message failed here (``.<stream seq>``); the broker stores it for the
@@ -36,7 +41,7 @@ ERRORS_SUBJECT = "enclave.errors"
 #: an app asks the control plane to dead-letter a message now (``reject``)
 REJECT_SUBJECT = "enclave.reject"
 #: an app's requests to the control plane about its own queue (``.<verb>``: release, clear,
-#: export, metrics, …; controller/desk.py)
+#: export, metrics, …; desk/endpoint.py)
 DESK_SUBJECT = "enclave.desk"
 #: an app tells the control plane about a put it must act on later (a start deadline); stored
 #: durably, so it lands even while the control process is down
@@ -63,6 +68,12 @@ REFUSED_ROOT = "refused"
 def jsapi_prefix(queue_id: str) -> str:
     """The control account's name for a queue account's ``$JS.API``."""
     return f"jsapi.{queue_id}"
+
+
+def queue_api(queue_id: str, verb: str) -> str:
+    """The control account's subject of one JetStream API request to a queue account (``verb``:
+    ``STREAM.INFO.<stream>``, ``DIRECT.GET.<stream>``, …)."""
+    return f"{jsapi_prefix(queue_id)}.{verb}"
 
 
 def send_subject(queue_id: str, subject: str) -> str:
@@ -100,7 +111,7 @@ def reject_subject(queue_id: str) -> str:
 
 
 def desk_subject(queue_id: str, verb: str = "*") -> str:
-    """Where a queue's apps' requests about their queue reach the control plane (controller/desk.py)."""
+    """Where a queue's apps' requests about their queue reach the control plane (desk/endpoint.py)."""
     return f"desk.{queue_id}.{verb}"
 
 
@@ -113,3 +124,30 @@ def refused_subject(queue_id: str) -> str:
     """Where a frozen queue account's puts reach the control plane (``refused.<id>.<queue subject
     without its root>``), to be answered with a refusal (broker/storage.py)."""
     return f"{REFUSED_ROOT}.{queue_id}.>"
+
+
+# -- the control account's own streams, consumers and buckets ---------------------------------
+
+#: MAX_DELIVERIES advisories of every queue, kept for the dead-letter mover (controller/mover.py)
+ADVISORY_STREAM = "ENCLAVE_ADVISORIES"
+#: the mover's durable consumer of ADVISORY_STREAM
+MOVER = "mover"
+#: the error notes apps leave for their messages, one a message (controller/errornotes.py)
+ERRORS_STREAM = "ENCLAVE_ERRORS"
+#: the put notes apps leave for start deadlines and delayed puts (desk/deadlines.py)
+NOTES_STREAM = "ENCLAVE_NOTES"
+#: every queue's depth samples (controller/sampler.py)
+SAMPLES_STREAM = "ENCLAVE_SAMPLES"
+
+
+def samples_subject(queue_id: str) -> str:
+    """Where a queue's depth samples are stored in SAMPLES_STREAM (``*``: every queue's)."""
+    return f"samples.{queue_id}"
+
+
+#: the state store's KV buckets (state/kv.py)
+QUEUES_BUCKET = "enclave-queues"
+STATUS_BUCKET = "enclave-status"
+ACCOUNTS_BUCKET = "enclave-accounts"
+TOKENS_BUCKET = "enclave-tokens"
+COUNTERS_BUCKET = "enclave-counters"

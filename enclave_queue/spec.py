@@ -17,7 +17,7 @@ from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
-from .errors import SpecError
+from .errors import SpecError, field_error, out_of_range
 
 #: the rule for every name-like field, as a user reads it
 NAME_RULE = "3–40 lowercase letters, digits or hyphens, starting with a letter"
@@ -29,7 +29,7 @@ ProjectName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,39}$"
 DEFAULT_PROJECT = "default"
 
 #: the parts of an API path that are not names of the spec: what each must look like, shared by
-#: the client that builds paths (admin.py) and the server that checks them (api/paths.py)
+#: the client that builds paths (admin.py) and the server that checks them (web/paths.py)
 MAX_SEQUENCE = 2**63 - 1  #: the largest stream sequence (a signed 64-bit integer)
 MAX_RECEIPT = 4096  #: characters of a receipt handle (a sealed reply subject: about 300 today)
 MAX_SHOWN = 64  #: characters of a refused value repeated in an error; longer ones are cut
@@ -163,8 +163,7 @@ def check_dedupe_key(key: Any) -> str:
     if isinstance(key, str) and 1 <= len(key) <= MAX_DEDUPE_KEY and key.isprintable():
         return key
     got = f"{len(key)} characters" if isinstance(key, str) and len(key) > MAX_DEDUPE_KEY else repr(key)
-    raise SpecError(f"dedupe_key must be {DEDUPE_KEY_RULE} (got {got}).",
-                    errors=[{"field": "dedupe_key", "message": f"must be {DEDUPE_KEY_RULE} (got {got})"}])
+    raise out_of_range("dedupe_key", DEDUPE_KEY_RULE, got)
 
 
 def scheduled_delay(receive_count: int, backoff: list[float]) -> float:
@@ -284,14 +283,13 @@ class QueuePatch(BaseModel):
         changes = {field: getattr(self, field) for field in self.model_fields_set}
         for field, value in changes.items():
             if value is None and field not in ("dead_letter_queue", "retry_backoff_seconds"):
-                raise SpecError(f"{field} cannot be null; it must be {rule(field)}.",
-                                errors=[{"field": field, "message": f"must be {rule(field)}"}])
+                raise field_error(field, f"must be {rule(field)}", f"{field} cannot be null; it must be {rule(field)}.")
         if spec.priorities and changes.get("priorities") is False:
-            raise SpecError(f"priorities cannot be turned off on queue '{spec.name}': it must be {PRIORITIES_RULE}.",
-                            errors=[{"field": "priorities", "message": f"must be {PRIORITIES_RULE}"}])
+            raise field_error("priorities", f"must be {PRIORITIES_RULE}",
+                              f"priorities cannot be turned off on queue '{spec.name}': it must be {PRIORITIES_RULE}.")
         if spec.max_messages == 0 and changes.get("max_messages"):
-            raise SpecError(f"max_messages cannot be set on queue '{spec.name}', which has no limit: {LIMIT_RULE}.",
-                            errors=[{"field": "max_messages", "message": f"cannot be set in place: {LIMIT_RULE}"}])
+            raise field_error("max_messages", f"cannot be set in place: {LIMIT_RULE}",
+                              f"max_messages cannot be set on queue '{spec.name}', which has no limit: {LIMIT_RULE}.")
         return parse_spec({**spec.model_dump(), **changes})
 
 

@@ -93,8 +93,8 @@ def make_queue(stack: EnclaveStack, name: str, project: str = "default", **setti
 
 async def stream_config(stack: EnclaveStack, queue_id: str) -> Any:
     """A queue's stream config as the broker itself reports it."""
-    from enclave_queue.broker.connection import retry_unavailable
     from enclave_queue.names import stream_name
+    from enclave_queue.retry import retry_unavailable
 
     async with control_connection(stack) as nc:
         js = nc.jetstream(prefix=f"jsapi.{queue_id}")

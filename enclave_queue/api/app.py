@@ -1,30 +1,34 @@
-"""The FastAPI application: the routes, the request guard, and errors as JSON problems.
+"""The FastAPI application of the API: the routes, the request guard, and errors as JSON problems.
 
-``create_app(runtime)`` takes the running control plane (see server.py); the API is stateless
-beyond it. In front of every route: the request guard (guard.py: the token, then the body
-limit, before any body is read); on every route: its path parameters checked (paths.py). The
-OpenAPI document is served at ``/openapi.json``, behind the token too (openapi.py).
+``create_app(runtime)`` takes the running control plane (server/runtime.py, as web/plane.py's
+``ControlPlane``); the API is stateless beyond it. In front of every route: the request guard
+(guard.py: the token, then the body limit, before any body is read); on every route: its path
+parameters checked (web/paths.py). The OpenAPI document is served at ``/openapi.json``, behind the
+token too (openapi.py). The console's pages are added beside the API by server/app.py.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Optional
 
 from fastapi import Depends, FastAPI
 
-from .. import console
+from ..web.paths import check_covered, check_path
+from ..web.plane import ControlPlane, attach
 from . import openapi, problems
 from .auth import require_token
 from .guard import OPENAPI_PATH, RequestGuard
-from .paths import check_path, uncovered
+from .problems import ErrorPage
 from .routes import deadletters, health, messages, metrics, queues, secrets
 
 
-def create_app(runtime: Any) -> FastAPI:
+def create_app(runtime: Optional[ControlPlane], *, error_page: Optional[ErrorPage] = None) -> FastAPI:
+    """The API's app serving ``runtime`` (None: the route table alone). ``error_page`` renders an
+    error on a page a browser asked for (the console's, api/problems.py)."""
     app = FastAPI(title="Enclave Queues", version="1", docs_url=None, redoc_url=None, openapi_url=OPENAPI_PATH,
                   dependencies=[Depends(check_path)])
-    app.state.runtime = runtime
-    problems.install(app)
+    attach(app, runtime)
+    problems.install(app, error_page)
     openapi.install(app)
     app.add_middleware(RequestGuard)
     app.include_router(health.router)
@@ -35,8 +39,5 @@ def create_app(runtime: Any) -> FastAPI:
     app.include_router(secrets.router, dependencies=guarded)
     app.include_router(metrics.history, dependencies=guarded)
     app.include_router(metrics.router)  # its own check: an API token or the metrics token
-    console.install(app)
-    missing = uncovered(app.routes)
-    if missing:
-        raise RuntimeError(f"path parameters without a rule in api/paths.py: {', '.join(missing)}")
+    check_covered(app.routes)
     return app

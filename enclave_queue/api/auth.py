@@ -17,9 +17,10 @@ from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
 from ..auth.tokens import token_digest
-from ..console import cookies
-from ..console.sessions import CSRF_HEADER, Session
 from ..errors import Forbidden, Unauthorized
+from ..web import cookies
+from ..web.plane import plane
+from ..web.sessions import CSRF_HEADER, Session
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 CALLER = "enclave.caller"  #: the scope key of the Caller the guard authenticated
@@ -35,7 +36,7 @@ async def authenticate(conn: HTTPConnection) -> Caller:
     """Who is calling; Unauthorized if the token or session is missing or unknown, Forbidden
     for a cookie without its CSRF token on a method that changes something."""
     header = conn.headers.get("authorization", "")
-    runtime = conn.app.state.runtime
+    runtime = plane(conn)
     session_id = cookies.session_id(conn)
     if not header and session_id is not None:
         return await _session_caller(conn, session_id)
@@ -49,7 +50,7 @@ async def authenticate(conn: HTTPConnection) -> Caller:
 
 
 async def _session_caller(conn: HTTPConnection, session_id: str) -> Caller:
-    runtime = conn.app.state.runtime
+    runtime = plane(conn)
     session = runtime.sessions.get(session_id)
     if session is None or await runtime.token_name(session.token_digest) is None:
         raise Unauthorized("The console session has ended; sign in again.")

@@ -4,7 +4,7 @@ FastAPI's document of the routes, completed with what it cannot see: every opera
 a JSON problem (``4XX`` and ``5XX`` → ``application/problem+json``, problems.py) instead of
 FastAPI's own 422 shape; create and update take a QueueSpec and a QueuePatch (their routes read
 plain objects, to refuse them with the spec's own sentences); path parameters follow the
-patterns of paths.py; export answers JSON Lines; and every route wants a bearer token.
+patterns of web/paths.py; export answers JSON Lines; and every route wants a bearer token.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from ..spec import MAX_SEQUENCE, QueuePatch, QueueSpec
-from .paths import PATH_RULES
+from ..web.paths import PATH_RULES
 from .problems import MEDIA_TYPE
 from .routes.messages import NDJSON
 
@@ -80,7 +80,7 @@ def document(app: FastAPI) -> dict[str, Any]:
 
 
 def _constrain(parameter: dict[str, Any]) -> None:
-    """A path parameter's rule from paths.py in its schema (names, receipts, sequences)."""
+    """A path parameter's rule from web/paths.py in its schema (names, receipts, sequences)."""
     if parameter.get("in") != "path" or parameter.get("name") not in PATH_RULES:
         return
     rule = PATH_RULES[parameter["name"]]

@@ -3,14 +3,16 @@
 Every error the app answers is one, whoever raised it: the error tree (errors.py), a request
 FastAPI could not validate or parse (422 naming the field, or ``body``), Starlette's 404 and
 405 (with ``Allow``), the guard's 401 and 413 (guard.py), and a broker that did not answer
-anywhere in a route (503 ``Broker unavailable`` with ``Retry-After``, never a 500).
+anywhere in a route (503 ``Broker unavailable`` with ``Retry-After``, never a 500). An error on
+a page a browser asked for is rendered by the ``error_page`` the app was given (the console's).
 """
 
 from __future__ import annotations
 
 import logging
 import typing
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Optional
 
 import nats.errors
 import nats.js.errors
@@ -21,9 +23,9 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 
-from ..errors import BrokerUnavailable, EnclaveError, SpecError, Unauthorized
+from ..errors import BrokerUnavailable, EnclaveError, SpecError, Unauthorized, field_error
 from ..spec import spec_error
-from .paths import endpoints
+from ..web.paths import endpoints
 
 log = logging.getLogger("enclave.api")
 
@@ -40,6 +42,9 @@ BROKER_ERRORS: tuple[type[BaseException], ...] = (
 
 #: FastAPI's answer to a body it could not decode (not UTF-8, nested past the parser's depth)
 PARSE_FAILURE = "There was an error parsing the body"
+
+#: renders an error as a page: (request, title, detail, status) -> the HTML response
+ErrorPage = Callable[[Request, str, str, int], Response]
 
 
 def problem(status: int, title: str, detail: str, errors: list[dict[str, Any]] | None = None,
@@ -104,15 +109,15 @@ def _parse_failure(exc: StarletteHTTPException) -> SpecError:
         message = "is not valid JSON here (it is nested too deeply)"
     else:
         message = "is not valid JSON"
-    return SpecError(f"body {message}.", errors=[{"field": "body", "message": message}])
+    return field_error("body", message)
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, error_page: Optional[ErrorPage] = None) -> None:
+    """Answer every error as a problem (``error_page``: as a page, when a browser asked for one)."""
+
     @app.exception_handler(EnclaveError)
     async def enclave_error(request: Request, exc: EnclaveError) -> Response:
-        if wants_page(request):
-            from ..console.routes import error_page
-
+        if error_page is not None and wants_page(request):
             return error_page(request, exc.title, exc.message, exc.status)
         if exc.status >= 500:
             log.warning("%s %s failed: %s", request.method, request.url.path, exc)

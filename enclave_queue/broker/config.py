@@ -20,12 +20,16 @@ from typing import Any, Literal
 from ..auth.users import app_permissions
 from ..names import (
     ADVISORY_KINDS,
+    ADVISORY_STREAM,
     CONTROL_ACCOUNT,
     DESK_SUBJECT,
+    ERRORS_STREAM,
     ERRORS_SUBJECT,
+    NOTES_STREAM,
     NOTES_SUBJECT,
     REFUSED_ROOT,
     REJECT_SUBJECT,
+    SAMPLES_STREAM,
     SUBJECT_ROOT,
     SYSTEM_ACCOUNT,
     advisory_subject,
@@ -48,10 +52,10 @@ MAX_MEMORY_STORE = 512 * 1024 * 1024  #: bytes
 #: a queue) and get KV_ROOM of the reservation besides. A smaller store gives each less
 #: (``control_stream_bytes``), at least MIN_CONTROL_BYTES
 FULL_CONTROL_BYTES = {
-    "ENCLAVE_ADVISORIES": 16 << 20,
-    "ENCLAVE_ERRORS": 64 << 20,
-    "ENCLAVE_NOTES": 64 << 20,
-    "ENCLAVE_SAMPLES": 256 << 20,
+    ADVISORY_STREAM: 16 << 20,
+    ERRORS_STREAM: 64 << 20,
+    NOTES_STREAM: 64 << 20,
+    SAMPLES_STREAM: 256 << 20,
 }
 KV_ROOM = 64 << 20  #: bytes, on a store of FULL_CONTROL_STORE or more
 FULL_CONTROL_STORE = 1 << 30  #: bytes of store from which the control state has its full sizes (464 MiB)
@@ -86,9 +90,10 @@ def control_reserve(max_file_store: int) -> int:
 
 class ControlStreamBytes(Mapping[str, int]):
     """``CONTROL_STREAM_BYTES[name]``: the max_bytes of a control-account stream for the store this
-    process runs, as the streams' owners (controller/deadletters.py, desk.py, sampler.py) read it
-    when they create them. ``server.Runtime`` sizes it for its store (``size_for``) before it
-    starts them; until then (and in tests of one component) it holds the full sizes."""
+    process runs, as the streams' owners (controller/mover.py, controller/errornotes.py,
+    desk/deadlines.py, controller/sampler.py) read it when they create them. ``server.Runtime``
+    sizes it for its store (``size_for``) before it starts them; until then (and in tests of one
+    component) it holds the full sizes."""
 
     def __init__(self) -> None:
         self._sizes = dict(FULL_CONTROL_BYTES)

@@ -1,14 +1,12 @@
-"""The control plane's connections to the broker.
+"""The control plane's connections to the broker, and the few requests every layer makes on them.
 
 Two nkey-authenticated connections: one in the system account (config reloads, server
 stats) and one in the control account (the KV state store, and every queue through the
 imports that broker/config.py renders: ``jsapi.<id>`` for a queue's JetStream API,
-``send.<id>.…`` for its subject, and the queue's own ack subjects).
-
-During every configuration reload, nats-server 2.15 answers JetStream API requests (stream and
-consumer info, creates, KV watches) in *every* account with "no responders" for a moment
-(measured: about 3 % of API requests made during back-to-back reloads; publishes, pulls and
-acks were not affected). ``retry_unavailable`` rides that out.
+``send.<id>.…`` for its subject, and the queue's own ack subjects). Beside them: a publish into
+a queue with its PubAck (``publish_into``, ``stored_seq``), a delete of one message and the
+creation of a control stream. Requests that find no responders (a reload) are tried again
+(retry.py).
 """
 
 from __future__ import annotations
@@ -17,9 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Optional
 
 import nats
 import nats.errors
@@ -28,19 +24,16 @@ from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
 from ..auth.secrets import NKey
-from ..errors import BrokerUnavailable
-from .config import jsapi_prefix
+from ..errors import BrokerUnavailable, publish_refused
+from ..names import jsapi_prefix, send_subject
+from ..retry import retry_unavailable
+from ..spec import QueueSpec
 
 log = logging.getLogger("enclave.broker")
 
 REQUEST_TIMEOUT = 10.0  #: seconds for a reload or stats request
-RETRY_WINDOW = 3.0  #: seconds to keep retrying a request that found no responders
 DRAIN_TIMEOUT = 3.0  #: seconds a connection may take to drain when the control process stops
-
-T = TypeVar("T")
-
-#: what a request into an account that is being reloaded looks like
-UNAVAILABLE = (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)
+PUBLISH_TIMEOUT = 5.0  #: seconds the broker may take to confirm a publish into a queue
 
 
 #: JetStream's "no message found" (a delete or get of a sequence that is not there)
@@ -60,18 +53,24 @@ async def delete_message(js: JetStreamContext, stream: str, seq: int) -> bool:
     return True
 
 
-async def retry_unavailable(call: Callable[[], Awaitable[T]], window: float = RETRY_WINDOW) -> T:
-    """``await call()``, again and again for up to ``window`` seconds while nobody answers."""
-    deadline = time.monotonic() + window
-    delay = 0.01
-    while True:
-        try:
-            return await call()
-        except UNAVAILABLE:
-            if time.monotonic() + delay > deadline:
-                raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.25)
+async def publish_into(conn: BrokerConnection, queue_id: str, subject: str, body: bytes,
+                       headers: Optional[dict[str, str]] = None, timeout: float = PUBLISH_TIMEOUT) -> dict[str, Any]:
+    """Publish ``body`` to ``subject`` (a queue subject: the queue's own, a priority lane or a delay
+    subject) in queue account ``queue_id``, through the control account's import of it
+    (``send.<id>.…``), and return the broker's answer: the PubAck (``seq``, ``duplicate``) or its
+    ``error``. Retried while nobody answers (a reload); nats-py's TimeoutError if no answer came."""
+    reply = await retry_unavailable(lambda: conn.control.request(
+        send_subject(queue_id, subject), body, timeout=timeout, headers=headers or None))
+    return json.loads(reply.data)
+
+
+def stored_seq(answer: dict[str, Any], spec: QueueSpec) -> int:
+    """The sequence a publish into the queue of ``spec`` was stored at (``publish_into``'s answer);
+    the error of a refusal (errors.publish_refused: QueueFull, MessageTooLarge, StorageFull, …)."""
+    if "error" in answer:
+        raise publish_refused(answer["error"], f"'{spec.name}' in project '{spec.project}'", spec.max_messages,
+                              spec.max_bytes)
+    return int(answer["seq"])
 
 
 async def ensure_stream(js: JetStreamContext, config: Any) -> None:

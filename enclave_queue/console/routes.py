@@ -5,8 +5,8 @@ forms that declare, change or delete a queue post here (validation errors come b
 fields). What happens on a page after it loads (live counts, messages by hand, dead letters,
 credentials, the depth chart) is ``static/console.js`` calling the HTTP API with the session
 cookie and its CSRF token. The console has no powers of its own beyond the API token it was
-given at sign-in. Path parameters are checked by the app-wide rules (api/paths.py); the cookies
-and their flags are cookies.py's, and failed sign-ins are limited per address (throttle.py).
+given at sign-in. Path parameters are checked by the app-wide rules (web/paths.py); the cookies
+and their flags are web/cookies.py's, and failed sign-ins are limited per address (throttle.py).
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from ..api.paths import QUEUE_TABS, check_path_params
 from ..auth.tokens import token_digest
 from ..errors import Conflict, EnclaveError, SpecError
 from ..service import QueueService
 from ..spec import LIMITS, MAX_PRIORITY, MIN_PRIORITY, MUTABLE, NAME_RULE, parse_patch, parse_spec, rule, shown
-from . import cookies
-from .proxies import TrustedProxies
-from .sessions import Session, same_token
+from ..web import cookies
+from ..web.paths import QUEUE_TABS, check_path_params
+from ..web.plane import plane, queue_service
+from ..web.sessions import Session, same_token
 from .throttle import FailureLimiter, address_key
 
 HERE = Path(__file__).parent
@@ -52,7 +52,8 @@ class CsrfRefused(Exception):
 
 
 def install(app: FastAPI) -> None:
-    app.state.proxies = TrustedProxies.from_env()  # ENCLAVE_TRUSTED_PROXIES: whose X-Forwarded-* to believe
+    """Add the console's pages to ``app`` (made by api.create_app: it serves the control plane and
+    knows the trusted proxies, web/plane.py)."""
     app.state.sign_in_limiter = FailureLimiter()
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
@@ -72,11 +73,11 @@ def install(app: FastAPI) -> None:
 
 
 def service(request: Request) -> QueueService:
-    return request.app.state.runtime.service
+    return queue_service(request)
 
 
 async def session_of(request: Request) -> Session:
-    runtime = request.app.state.runtime
+    runtime = plane(request)
     session = runtime.sessions.get(cookies.session_id(request))
     if session is None or await runtime.token_name(session.token_digest) is None:
         raise SignInNeeded()
@@ -101,13 +102,14 @@ def page(request: Request, template: str, context: dict[str, Any], status: int =
 
 
 def error_page(request: Request, title: str, detail: str, status: int) -> HTMLResponse:
-    session = request.app.state.runtime.sessions.get(cookies.session_id(request))
+    """An error as the console's page (also for errors the API's handlers meet on a page)."""
+    session = plane(request).sessions.get(cookies.session_id(request))
     return page(request, "error.html", {"title": title, "detail": detail, "session": session}, status=status)
 
 
 async def frame(request: Request, session: Session, project: str, **extra: Any) -> dict[str, Any]:
     """What every signed-in page shows: the session, the project and the project switcher (the
-    project's name follows its rule: every path is checked, api/paths.py)."""
+    project's name follows its rule: every path is checked, web/paths.py)."""
     projects = await service(request).projects()
     if project not in projects:
         projects = sorted([*projects, project])
@@ -198,7 +200,7 @@ async def sign_in(request: Request) -> Response:
         response.headers["Retry-After"] = str(seconds)
         return response
     token = str(form.get("token", "")).strip()
-    runtime = request.app.state.runtime
+    runtime = plane(request)
     name = await runtime.token_name(token_digest(token)) if token else None
     if name is None:
         if token:
@@ -216,7 +218,7 @@ async def sign_in(request: Request) -> Response:
 async def sign_out(request: Request) -> Response:
     session = await session_of(request)
     await checked_form(request, session)
-    request.app.state.runtime.sessions.close(session.id)
+    plane(request).sessions.close(session.id)
     response = RedirectResponse("/sign-in", status_code=303)
     cookies.clear_session(response, request)
     return response
@@ -294,7 +296,7 @@ async def queue_context(request: Request, session: Session, project: str, name: 
 
 @router.get("/projects/{project}/queues/{name}/{tab}")
 async def queue_page(request: Request, project: str, name: str, tab: str, created: int = 0) -> Response:
-    session = await session_of(request)  # the tab is one of TABS: checked with the path (api/paths.py)
+    session = await session_of(request)  # the tab is one of TABS: checked with the path (web/paths.py)
     context = await queue_context(request, session, project, name, tab, created=bool(created))
     return page(request, "queue.html", context)
 

@@ -22,7 +22,7 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import nats.errors
 import nats.js.errors
@@ -33,12 +33,10 @@ from ..broker.connection import BrokerConnection
 from ..broker.supervisor import Supervisor
 from ..broker.tasks import log_failure
 from ..errors import EnclaveError, StorageFull
+from ..metrics.instruments import ControlMetrics
 from ..names import PLATFORM_ACCOUNTS, stream_name
 from ..state.kv import Store
 from ..state.records import AccountRecord
-
-if TYPE_CHECKING:
-    from ..metrics import ControlMetrics
 
 log = logging.getLogger("enclave.controller")
 

@@ -12,6 +12,8 @@ Counts gather in memory and are added to the queue's ``nacked`` counter in the s
 ``FLUSH_SECONDS`` (one compare-and-set per queue that had naks) and when the process stops. So
 the count survives restarts, except the naks of the last few seconds before a crash and the naks
 made while the control process is down (no one listens then, so the broker sends nothing).
+Readers take the stored counters and the naks not stored yet together (``counted``, ``counts``),
+so a flush cannot fall in between and count naks twice or not at all.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..broker.connection import BrokerConnection
 from ..errors import EnclaveError
 from ..names import advisory_subject
 from ..state.kv import Store
+from ..state.records import QueueCounters, QueueRecord
 
 log = logging.getLogger("enclave.naks")
 
@@ -66,6 +69,17 @@ class NakCounter:
             await asyncio.wait_for(self.flush(), STOP_FLUSH_TIMEOUT)
         except (EnclaveError, nats.errors.Error, TimeoutError) as exc:
             log.warning("%d naks not stored: %r", sum(self.pending.values()), exc)
+
+    async def counted(self) -> tuple[dict[str, QueueCounters], dict[str, int]]:
+        """Every queue's stored counters, by queue key, and the naks not stored yet, by queue id."""
+        async with self.lock:
+            counters = {key: counts for key, counts, _ in await self.store.counters.items()}
+            return counters, dict(self.pending)
+
+    async def counts(self, record: QueueRecord) -> tuple[QueueCounters, int]:
+        """One queue's stored counters and the naks of it not stored yet."""
+        async with self.lock:
+            return await self.store.counts(record.key), self.pending.get(record.id, 0)
 
     async def _on_nak(self, msg: Msg) -> None:
         self.pending[msg.subject.split(".")[1]] += 1

@@ -21,7 +21,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import nats.errors
 import nats.js.errors
@@ -30,14 +30,12 @@ from ..broker.connection import BrokerConnection
 from ..broker.storage import StorageGuard
 from ..broker.tasks import keep_running
 from ..errors import BrokerUnavailable, EnclaveError, StorageFull
+from ..metrics.instruments import ControlMetrics
 from ..names import CONSUMER, stream_name
 from ..state.kv import Store
 from ..state.records import QueueRecord, QueueStatus, State
 from . import mapping
 from .accounts import Accounts
-
-if TYPE_CHECKING:
-    from ..metrics import ControlMetrics
 
 log = logging.getLogger("enclave.controller")
 

@@ -27,8 +27,9 @@ from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 from pydantic import BaseModel
 
-from ..broker.connection import retry_unavailable
 from ..errors import BrokerUnavailable, Conflict
+from ..names import ACCOUNTS_BUCKET, COUNTERS_BUCKET, QUEUES_BUCKET, STATUS_BUCKET, TOKENS_BUCKET
+from ..retry import retry_unavailable
 from .records import AccountRecord, QueueCounters, QueueRecord, QueueStatus, TokenRecord
 
 R = TypeVar("R", bound=BaseModel)
@@ -169,11 +170,11 @@ class Store:
         for attempt in range(attempts):
             try:
                 return cls(
-                    Bucket(await _bucket(js, "enclave-queues", history=5), QueueRecord),
-                    Bucket(await _bucket(js, "enclave-status"), QueueStatus),
-                    Bucket(await _bucket(js, "enclave-accounts"), AccountRecord),
-                    Bucket(await _bucket(js, "enclave-tokens"), TokenRecord),
-                    Bucket(await _bucket(js, "enclave-counters"), QueueCounters),
+                    Bucket(await _bucket(js, QUEUES_BUCKET, history=5), QueueRecord),
+                    Bucket(await _bucket(js, STATUS_BUCKET), QueueStatus),
+                    Bucket(await _bucket(js, ACCOUNTS_BUCKET), AccountRecord),
+                    Bucket(await _bucket(js, TOKENS_BUCKET), TokenRecord),
+                    Bucket(await _bucket(js, COUNTERS_BUCKET), QueueCounters),
                 )
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
                 if attempt == attempts - 1:

@@ -4,9 +4,9 @@ nothing half-created after a refused request."""
 import httpx
 import pytest
 
-from enclave_queue.api import create_app
-from enclave_queue.api.paths import endpoints
+from enclave_queue.server.app import create_app
 from enclave_queue.spec import LIMITS, PRIORITIES_RULE
+from enclave_queue.web.paths import endpoints
 from tests.helpers import make_queue
 
 #: a valid value for every path parameter (the path rules pass; the token check comes first)

@@ -26,8 +26,8 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from enclave_queue.api import create_app
 from enclave_queue.api.openapi import document
+from enclave_queue.server.app import create_app
 from enclave_queue.testing import EnclaveStack
 from tests.helpers import make_queue
 

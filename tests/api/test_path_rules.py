@@ -1,4 +1,4 @@
-"""Every route's path parameters are checked by the rules of create (api/paths.py): hostile
+"""Every route's path parameters are checked by the rules of create (web/paths.py): hostile
 path parts never reach the state store, never answer 5xx, and always answer a JSON problem
 (404 for a name that cannot exist, 422 for a malformed receipt or sequence).
 
@@ -15,9 +15,9 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from enclave_queue.api import create_app
-from enclave_queue.api.paths import MAX_SEQUENCE, PATH_RULES, endpoints
+from enclave_queue.server.app import create_app
 from enclave_queue.testing import EnclaveStack
+from enclave_queue.web.paths import MAX_SEQUENCE, PATH_RULES, endpoints
 from tests.helpers import make_queue
 
 HOSTILE = {

@@ -6,8 +6,8 @@ forms their csrf field. The queue the paths name is real, and still there afterw
 import httpx
 import pytest
 
-from enclave_queue.api import create_app
-from enclave_queue.api.paths import endpoints
+from enclave_queue.server.app import create_app
+from enclave_queue.web.paths import endpoints
 from tests.console.test_console_session import set_cookies, sign_in
 from tests.helpers import make_queue
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from enclave_queue.console.proxies import TrustedProxies
-from enclave_queue.console.sessions import same_token
 from enclave_queue.console.throttle import MAX_FAILURES, WINDOW, FailureLimiter, address_key
 from enclave_queue.errors import SpecError
+from enclave_queue.web.proxies import TrustedProxies
+from enclave_queue.web.sessions import same_token
 
 
 class Clock:

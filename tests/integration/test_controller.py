@@ -6,7 +6,7 @@ import asyncio
 import pytest
 from nats.js import api
 
-from enclave_queue.broker.connection import retry_unavailable
+from enclave_queue.retry import retry_unavailable
 from enclave_queue.server import Runtime
 from enclave_queue.settings import EnclaveSettings
 from enclave_queue.spec import QueueSpec

@@ -11,8 +11,8 @@ import nats
 import nats.errors
 import pytest
 
-from enclave_queue.broker.connection import retry_unavailable
 from enclave_queue.client import connect
+from enclave_queue.retry import retry_unavailable
 from tests.helpers import RawClient, make_queue
 
 

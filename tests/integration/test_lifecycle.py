@@ -8,9 +8,9 @@ import nats.js.errors
 import pytest
 from nats.js import api
 
-from enclave_queue.broker.connection import retry_unavailable
 from enclave_queue.client import connect
 from enclave_queue.errors import NotFound, Unauthorized
+from enclave_queue.retry import retry_unavailable
 from enclave_queue.spec import HEADER_ROOM
 from tests.helpers import control_connection, eventually, make_queue
 

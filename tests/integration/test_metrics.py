@@ -9,7 +9,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from enclave_queue.client import connect
-from enclave_queue.controller.deadletters import ADVISORY_STREAM
+from enclave_queue.names import ADVISORY_STREAM
 from tests.helpers import control_connection, eventually, make_queue
 
 METRICS_TOKEN = "metrics-" + "s3cret" * 4

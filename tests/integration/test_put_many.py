@@ -5,9 +5,9 @@ An oversize body is refused before anything is published; a message the broker r
 
 import pytest
 
-from enclave_queue.broker.connection import retry_unavailable
 from enclave_queue.client import connect, connect_sync
 from enclave_queue.errors import EnclaveError, MessageTooLarge, QueueFull, SpecError
+from enclave_queue.retry import retry_unavailable
 from tests.helpers import control_connection, eventually, make_queue
 
 

@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from enclave_queue.client import connect
-from enclave_queue.controller.sampler import KEEP_SECONDS, SAMPLES_STREAM
+from enclave_queue.controller.sampler import KEEP_SECONDS
+from enclave_queue.names import SAMPLES_STREAM
 from tests.helpers import control_connection, eventually, make_queue
 
 

@@ -10,9 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from enclave_queue.client import connect
-from enclave_queue.controller.deadletters import ERRORS_PER_QUEUE, ERRORS_SLACK, ERRORS_STREAM
-from enclave_queue.controller.desk import NOTES_PER_QUEUE, NOTES_STREAM
+from enclave_queue.controller.errornotes import ERRORS_PER_QUEUE, ERRORS_SLACK
+from enclave_queue.desk.deadlines import NOTES_PER_QUEUE
 from enclave_queue.errors import QueueFull, StorageFull
+from enclave_queue.names import ERRORS_STREAM, NOTES_STREAM
 from tests.helpers import RawClient, control_connection, eventually, make_queue
 
 MIB = 1 << 20

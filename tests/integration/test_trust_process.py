@@ -149,7 +149,7 @@ def test_a_taken_port_is_named_and_nothing_is_left_running(enclave_stack_factory
 async def test_a_port_taken_after_the_check_is_named_and_the_started_broker_is_stopped(tmp_path, monkeypatch):
     """The race the early check can't see: the API port is taken once the broker runs."""
     home = tmp_path / "home"
-    monkeypatch.setattr(server, "check_ports", lambda settings: None)  # as if taken just after the check
+    monkeypatch.setattr(server.runtime, "check_ports", lambda settings: None)  # as if taken just after the check
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -8,9 +8,9 @@ import nats.js.api
 import nats.js.errors
 import pytest
 
-from enclave_queue.broker.connection import retry_unavailable
 from enclave_queue.errors import NotFound
 from enclave_queue.names import CONSUMER, stream_name
+from enclave_queue.retry import retry_unavailable
 from enclave_queue.spec import HEADER_ROOM
 from tests.helpers import control_connection, make_queue
 from tests.provider.harness import UNKNOWN, errors_of

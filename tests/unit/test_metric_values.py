@@ -3,9 +3,10 @@ turned into the points the depth route returns."""
 
 from datetime import UTC, datetime
 
-from enclave_queue.controller.sampler import encode, point
-from enclave_queue.depth import Depth
-from enclave_queue.metrics import _Totals
+from enclave_queue.broker.depth import Depth
+from enclave_queue.broker.depth import decode_sample as point
+from enclave_queue.broker.depth import encode_sample as encode
+from enclave_queue.metrics.collector import Totals as _Totals
 from enclave_queue.state.records import QueueCounters
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
-from ...redrive import DeadLetterOps
 from ...spec import (
     AFTER_RULE,
     FILTER_RULE,
@@ -29,13 +28,10 @@ from ...spec import (
     QueueName,
 )
 from ..auth import SECRET_READ
+from ..deps import DeadLettersOf
 from .messages import STRICT
 
 router = APIRouter(prefix="/v1/projects/{project}/queues/{name}")
-
-
-def ops(request: Request) -> DeadLetterOps:
-    return request.app.state.runtime.service.dead_letters
 
 
 class RedriveRequest(BaseModel):
@@ -49,35 +45,35 @@ class RedriveRequest(BaseModel):
 
 
 @router.get("/dead-letters", dependencies=[SECRET_READ])
-async def list_dead_letters(project: str, name: str, request: Request,
+async def list_dead_letters(project: str, name: str, ops: DeadLettersOf,
                             limit: int = Query(50, ge=1, le=MAX_LIST, description=LIST_LIMIT_RULE),
                             after: int = Query(0, ge=0, le=MAX_SEQUENCE, description=AFTER_RULE)) -> dict[str, Any]:
-    return await ops(request).list(project, name, limit, after)
+    return await ops.list(project, name, limit, after)
 
 
 @router.post("/dead-letters/{seq}/retry")
-async def retry_dead_letter(project: str, name: str, seq: int, request: Request) -> dict[str, Any]:
-    return await ops(request).retry(project, name, seq)
+async def retry_dead_letter(project: str, name: str, seq: int, ops: DeadLettersOf) -> dict[str, Any]:
+    return await ops.retry(project, name, seq)
 
 
 @router.delete("/dead-letters/{seq}", status_code=204)
-async def discard_dead_letter(project: str, name: str, seq: int, request: Request) -> Response:
-    await ops(request).discard(project, name, seq)
+async def discard_dead_letter(project: str, name: str, seq: int, ops: DeadLettersOf) -> Response:
+    await ops.discard(project, name, seq)
     return Response(status_code=204)
 
 
 @router.post("/redrives", status_code=202)
-async def start_redrive(project: str, name: str, request: Request,
+async def start_redrive(project: str, name: str, ops: DeadLettersOf,
                         body: Optional[RedriveRequest] = None) -> dict[str, Any]:
     body = body or RedriveRequest()
-    return await ops(request).start_redrive(project, name, **body.model_dump())
+    return await ops.start_redrive(project, name, **body.model_dump())
 
 
 @router.get("/redrives/{task_id}")
-async def redrive_status(project: str, name: str, task_id: str, request: Request) -> dict[str, Any]:
-    return ops(request).task(project, name, task_id).view()
+async def redrive_status(project: str, name: str, task_id: str, ops: DeadLettersOf) -> dict[str, Any]:
+    return ops.task(project, name, task_id).view()
 
 
 @router.delete("/redrives/{task_id}")
-async def cancel_redrive(project: str, name: str, task_id: str, request: Request) -> dict[str, Any]:
-    return await ops(request).cancel(project, name, task_id)
+async def cancel_redrive(project: str, name: str, task_id: str, ops: DeadLettersOf) -> dict[str, Any]:
+    return await ops.cancel(project, name, task_id)

@@ -1,17 +1,19 @@
-"""``GET /healthz`` (no token): the runtime's health (server.Runtime.health), for probes and compose."""
+"""``GET /healthz`` (no token): the runtime's health (server/runtime.py ``Runtime.health``), for probes and compose."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+
+from ..deps import Plane
 
 router = APIRouter()
 
 
 @router.get("/healthz", include_in_schema=False)
-async def healthz(request: Request) -> JSONResponse:
+async def healthz(runtime: Plane) -> JSONResponse:
     """200 ``{"status": "ok"}`` once the broker and the control plane are ready; 503 otherwise, with
     the status ``starting``, ``unavailable`` (the broker down) or ``degraded`` (the broker's disk is
     full: puts are refused) and a ``detail`` sentence saying why."""
-    status, detail = request.app.state.runtime.health()
+    status, detail = runtime.health()
     return JSONResponse({"status": status, "detail": detail}, status_code=200 if status == "ok" else 503)

@@ -22,12 +22,12 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any, Optional
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...envelope import DELAY_RULE, MAX_DELAY
-from ...errors import SpecError
+from ...errors import field_error
 from ...spec import (
     BASE64_RULE,
     DEDUPE_KEY_RULE,
@@ -42,6 +42,7 @@ from ...spec import (
     RECEIVE_WAIT_RULE,
 )
 from ..auth import SECRET_READ
+from ..deps import ContentsOf, MessagesOf
 
 router = APIRouter(prefix="/v1/projects/{project}/queues/{name}")
 
@@ -78,68 +79,65 @@ def encode_body(request: SendRequest) -> tuple[bytes, Optional[str]]:
     """The bytes to publish and their content type."""
     if request.body_base64 is not None:
         if request.body is not None:
-            raise SpecError("Give either body or body_base64, not both.",
-                            errors=[{"field": "body_base64", "message": "cannot be given with body"}])
+            raise field_error("body_base64", "cannot be given with body", "Give either body or body_base64, not both.")
         try:
             return base64.b64decode(request.body_base64, validate=True), "application/octet-stream"
         except (binascii.Error, ValueError):  # ValueError: a character outside ASCII
-            message = f"must be {BASE64_RULE}"
-            raise SpecError(f"body_base64 {message}.", errors=[{"field": "body_base64", "message": message}]) from None
+            raise field_error("body_base64", f"must be {BASE64_RULE}") from None
     if "body" not in request.model_fields_set:
-        raise SpecError("body is required.", errors=[{"field": "body", "message": "is required"}])
+        raise field_error("body", "is required")
     if isinstance(request.body, str):
         try:
             return request.body.encode(), "text/plain; charset=utf-8"
         except UnicodeEncodeError:  # a lone surrogate ("\ud800"): JSON can carry it, UTF-8 cannot
-            message = "must be text that UTF-8 can encode (it holds a lone surrogate); send bytes as body_base64"
-            raise SpecError(f"body {message}.", errors=[{"field": "body", "message": message}]) from None
+            raise field_error("body", "must be text that UTF-8 can encode (it holds a lone surrogate); send bytes "
+                                      "as body_base64") from None
     try:
         return json.dumps(request.body, separators=(",", ":"), allow_nan=False).encode(), "application/json"
     except (ValueError, RecursionError, UnicodeEncodeError):
-        message = "must be a JSON value that can be stored as JSON (not nested too deeply, no lone surrogates)"
-        raise SpecError(f"body {message}.", errors=[{"field": "body", "message": message}]) from None
+        raise field_error("body", "must be a JSON value that can be stored as JSON (not nested too deeply, no lone "
+                                  "surrogates)") from None
 
 
 @router.post("/messages", status_code=201)
-async def send_message(project: str, name: str, body: SendRequest, request: Request) -> dict[str, Any]:
+async def send_message(project: str, name: str, body: SendRequest, messages: MessagesOf) -> dict[str, Any]:
     data, content_type = encode_body(body)
-    return await request.app.state.runtime.service.send(project, name, data, content_type, body.dedupe_key,
-                                                        body.delay_seconds)
+    return await messages.send(project, name, data, content_type, body.dedupe_key, body.delay_seconds)
 
 
 @router.post("/messages/receive")
-async def receive_messages(project: str, name: str, request: Request,
+async def receive_messages(project: str, name: str, messages: MessagesOf,
                            body: Optional[ReceiveRequest] = None) -> dict[str, Any]:
     body = body or ReceiveRequest()
-    messages = await request.app.state.runtime.service.receive(project, name, body.max, body.wait)
-    return {"messages": messages}
+    return {"messages": await messages.receive(project, name, body.max, body.wait)}
 
 
 @router.delete("/messages/{receipt}", status_code=204)
-async def delete_message(project: str, name: str, receipt: str, request: Request) -> Response:
-    await request.app.state.runtime.service.delete_message(project, name, receipt)
+async def delete_message(project: str, name: str, receipt: str, messages: MessagesOf) -> Response:
+    await messages.delete_message(project, name, receipt)
     return Response(status_code=204)
 
 
 @router.post("/messages/{receipt}/nack", status_code=204)
-async def nack_message(project: str, name: str, receipt: str, request: Request,
+async def nack_message(project: str, name: str, receipt: str, messages: MessagesOf,
                        body: Optional[NackRequest] = None) -> Response:
     body = body or NackRequest()
-    await request.app.state.runtime.service.nack_message(project, name, receipt, body.delay)
+    await messages.nack_message(project, name, receipt, body.delay)
     return Response(status_code=204)
 
 
 @router.get("/messages", dependencies=[SECRET_READ])
-async def peek_messages(project: str, name: str, request: Request,
+async def peek_messages(project: str, name: str, messages: MessagesOf,
                         limit: int = Query(10, ge=1, le=MAX_PEEK, description=PEEK_LIMIT_RULE)) -> dict[str, Any]:
-    return {"messages": await request.app.state.runtime.service.peek(project, name, limit)}
+    return {"messages": await messages.peek(project, name, limit)}
 
 
 @router.get("/export", dependencies=[SECRET_READ])
-async def export_messages(project: str, name: str, request: Request) -> StreamingResponse:
-    """Every message as it stands, as JSON Lines (see QueueService.export_page). The first page is
-    read before the answer starts, so a missing queue is a 404 problem, not a broken stream."""
-    messages = request.app.state.runtime.service.export(project, name)
+async def export_messages(project: str, name: str, contents: ContentsOf) -> StreamingResponse:
+    """Every message as it stands, as JSON Lines (see queues/contents.py, ``export_page``). The
+    first page is read before the answer starts, so a missing queue is a 404 problem, not a broken
+    stream."""
+    messages = contents.export(project, name)
     first = await anext(messages, None)
 
     async def lines() -> AsyncIterator[bytes]:
@@ -159,6 +157,6 @@ async def export_messages(project: str, name: str, request: Request) -> Streamin
 
 
 @router.post("/clear")
-async def clear_messages(project: str, name: str, request: Request) -> dict[str, int]:
+async def clear_messages(project: str, name: str, contents: ContentsOf) -> dict[str, int]:
     """Remove the waiting, delayed and dead messages (in-flight ones finish); how many of each."""
-    return await request.app.state.runtime.service.clear(project, name)
+    return await contents.clear(project, name)

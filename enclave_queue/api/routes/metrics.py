@@ -12,12 +12,14 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from ...spec import HOURS_RULE, MAX_HISTORY_HOURS
+from ...web.plane import plane
 from ..auth import require_token
+from ..deps import Plane, Service
 
 
 async def require_scrape_token(request: Request) -> None:
     """The metrics token, else any API token (Unauthorized otherwise)."""
-    wanted = request.app.state.runtime.settings.metrics_token
+    wanted = plane(request).settings.metrics_token
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if wanted and scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), wanted.encode()):
         return
@@ -29,16 +31,15 @@ history = APIRouter(prefix="/v1/projects/{project}/queues/{name}")  #: behind th
 
 
 @router.get("/metrics", dependencies=[Depends(require_scrape_token)], include_in_schema=False)
-async def metrics(request: Request) -> Response:
+async def metrics(request: Request, runtime: Plane) -> Response:
     """Every metric in Prometheus' text format (OpenMetrics if the scraper asks for it)."""
-    body, content_type = await request.app.state.runtime.metrics.render(request.headers.get("accept", ""))
+    body, content_type = await runtime.metrics.render(request.headers.get("accept", ""))
     return Response(body, media_type=content_type)
 
 
 @history.get("/depth")
-async def depth_history(project: str, name: str, request: Request,
+async def depth_history(project: str, name: str, runtime: Plane, service: Service,
                         hours: int = Query(24, ge=1, le=MAX_HISTORY_HOURS, description=HOURS_RULE)) -> dict[str, Any]:
     """The queue's depth samples of the last ``hours`` hours, oldest first."""
-    runtime = request.app.state.runtime
-    return {"points": await runtime.service.depth_history(project, name, hours),
+    return {"points": await service.depth_history(project, name, hours),
             "sample_seconds": runtime.settings.sample_seconds}

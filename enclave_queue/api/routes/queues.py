@@ -8,82 +8,76 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi import APIRouter, Body, Query, Response
 
-from ...errors import SpecError
-from ...service import QueueService
+from ...errors import field_error
 from ...spec import MAX_STATUS_WAIT, STATUS_WAIT_RULE, Queue, parse_patch, parse_spec
 from ..auth import SECRET_READ
+from ..deps import Service
 
 router = APIRouter(prefix="/v1/projects/{project}/queues")
 
 MAX_WAIT_SECONDS = float(MAX_STATUS_WAIT)
 
 
-def service(request: Request) -> QueueService:
-    return request.app.state.runtime.service
-
-
 @router.get("/-/overview")
-async def overview(project: str, request: Request) -> dict[str, Any]:
+async def overview(project: str, service: Service) -> dict[str, Any]:
     """Every queue of the project with its state and depth (the console's live table)."""
-    return {"queues": await service(request).overview(project)}
+    return {"queues": await service.overview(project)}
 
 
 @router.get("")
-async def list_queues(project: str, request: Request) -> list[Queue]:
-    return await service(request).list(project)
+async def list_queues(project: str, service: Service) -> list[Queue]:
+    return await service.list(project)
 
 
 @router.post("", status_code=201)
-async def create_queue(project: str, request: Request, body: dict[str, Any] = Body(...)) -> Queue:
+async def create_queue(project: str, service: Service, body: dict[str, Any] = Body(...)) -> Queue:
     if body.get("project", project) != project:
-        raise SpecError(
-            f"project in the body ('{body['project']}') differs from the project in the path ('{project}').",
-            errors=[{"field": "project", "message": "must match the project in the path"}],
-        )
-    return await service(request).create(parse_spec({**body, "project": project}))
+        raise field_error("project", "must match the project in the path",
+                          f"project in the body ('{body['project']}') differs from the project in the path "
+                          f"('{project}').")
+    return await service.create(parse_spec({**body, "project": project}))
 
 
 @router.get("/{name}")
-async def get_queue(project: str, name: str, request: Request) -> Queue:
-    return await service(request).get(project, name)
+async def get_queue(project: str, name: str, service: Service) -> Queue:
+    return await service.get(project, name)
 
 
 @router.patch("/{name}")
-async def update_queue(project: str, name: str, request: Request, body: dict[str, Any] = Body(...)) -> Queue:
+async def update_queue(project: str, name: str, service: Service, body: dict[str, Any] = Body(...)) -> Queue:
     for fixed in ("name", "project", "id"):
         if fixed in body and body[fixed] != {"name": name, "project": project}.get(fixed):
-            raise SpecError(f"{fixed} cannot be changed; create a new queue instead.",
-                            errors=[{"field": fixed, "message": "cannot be changed"}])
+            raise field_error(fixed, "cannot be changed", f"{fixed} cannot be changed; create a new queue instead.")
         body.pop(fixed, None)
-    return await service(request).update(project, name, parse_patch(body))
+    return await service.update(project, name, parse_patch(body))
 
 
 @router.delete("/{name}", status_code=202)
-async def delete_queue(project: str, name: str, request: Request) -> dict[str, str]:
-    await service(request).delete(project, name)
+async def delete_queue(project: str, name: str, service: Service) -> dict[str, str]:
+    await service.delete(project, name)
     return {"state": "Deleting"}
 
 
 @router.get("/{name}/status")
-async def queue_status(project: str, name: str, request: Request,
+async def queue_status(project: str, name: str, service: Service,
                        wait_seconds: float = Query(0, ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
                                                    description=STATUS_WAIT_RULE)) -> dict[str, Any]:
     """The queue's state. With ``wait_seconds``, answer once the latest spec is applied (Ready or
     Errored) or when that time is up; a deleted queue answers 404 once it is gone."""
     if wait_seconds:
-        return await service(request).wait_settled(project, name, wait_seconds)
-    return await service(request).status(project, name)
+        return await service.wait_settled(project, name, wait_seconds)
+    return await service.status(project, name)
 
 
 @router.get("/{name}/credentials", dependencies=[SECRET_READ])
-async def queue_credentials(project: str, name: str, request: Request, response: Response) -> dict[str, str]:
+async def queue_credentials(project: str, name: str, service: Service, response: Response) -> dict[str, str]:
     response.headers["Cache-Control"] = "no-store"
-    return await service(request).credentials(project, name)
+    return await service.credentials(project, name)
 
 
 @router.get("/{name}/stats")
-async def queue_stats(project: str, name: str, request: Request) -> dict[str, Any]:
-    """How many messages are waiting, in flight, delayed and dead now (see depth.py)."""
-    return (await service(request).depth(project, name)).view()
+async def queue_stats(project: str, name: str, service: Service) -> dict[str, Any]:
+    """How many messages are waiting, in flight, delayed and dead now (see broker/depth.py)."""
+    return (await service.depth(project, name)).view()

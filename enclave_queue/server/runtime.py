@@ -1,14 +1,16 @@
-"""``enclave up``: the whole product in one asyncio process.
+"""The running control plane (``Runtime``): every part of ``enclave up`` started in order, and
+stopped in reverse.
 
 Start order: the data dir's lock (one ``enclave up`` per data dir; a second one stops there,
 having touched nothing); a check that its filesystem has room to start (else StorageFull, exit
-9); a broker a killed predecessor left running is stopped; a check that the
-ports are free; the master key; the broker (from the last good configuration); the
-control plane's connections; the state store; the accounts and their configuration; the storage
-guard (broker/storage.py: a full disk refuses puts instead of wedging the broker); the admin
-token (first start only); the dead-letter mover, nak counter, reconciler and depth sampler; then
-the HTTP API on 127.0.0.1. ``Runtime.stop`` undoes it in reverse, the broker last, so nothing is
-left running.
+9); a broker a killed predecessor left running is stopped; a check that the ports are free (those
+three: preflight.py); the master key; the broker (from the last good configuration); the control
+plane's connections; the state store; the accounts and their configuration; the storage guard
+(broker/storage.py: a full disk refuses puts instead of wedging the broker); the admin token
+(first start only); the error notes, the dead-letter mover, nak counter, reconciler and depth
+sampler (controller/); the queue service (service.py) and the desk (desk/); then the HTTP API and
+the console on 127.0.0.1 (app.py). ``Runtime.stop`` undoes it in reverse, the broker last, so
+nothing is left running.
 """
 
 from __future__ import annotations
@@ -16,146 +18,45 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import fcntl
 import json
 import logging
 import os
 import signal
 import socket
 import time
-from pathlib import Path
 from typing import Any, Optional
 
 import uvicorn
 
-from .auth.provenance import Provenance
-from .auth.secrets import MasterKey, write_private
-from .auth.tokens import generate_token, token_digest
-from .broker.config import CONTROL_STREAM_BYTES, BrokerConfig
-from .broker.connection import BrokerConnection
-from .broker.storage import START_ROOM, StorageGuard, free_bytes
-from .broker.supervisor import Supervisor, free_port
-from .console.sessions import Sessions
-from .controller.accounts import Accounts
-from .controller.deadletters import DeadLetters
-from .controller.desk import Desk
-from .controller.naks import NakCounter
-from .controller.reconciler import Reconciler
-from .controller.sampler import Sampler
-from .errors import BrokerUnavailable, Conflict, EnclaveError, StorageFull
-from .metrics import ControlMetrics
-from .service import QueueService
-from .settings import ADMIN_TOKEN_FILE, RUNTIME_FILE, EnclaveSettings
-from .state.kv import Store
-from .state.records import TokenRecord
+from ..api.guard import HEAD_READ_LIMIT
+from ..auth.provenance import Provenance
+from ..auth.secrets import MasterKey, write_private
+from ..auth.tokens import generate_token, token_digest
+from ..broker.config import CONTROL_STREAM_BYTES, BrokerConfig
+from ..broker.connection import BrokerConnection
+from ..broker.storage import StorageGuard
+from ..broker.supervisor import Supervisor, free_port
+from ..controller.accounts import Accounts
+from ..controller.errornotes import ErrorNotes
+from ..controller.mover import Mover
+from ..controller.naks import NakCounter
+from ..controller.reconciler import Reconciler
+from ..controller.sampler import Sampler
+from ..desk.deadlines import Deadlines
+from ..desk.endpoint import Desk
+from ..errors import BrokerUnavailable, Conflict
+from ..metrics.collector import QueueMetrics
+from ..metrics.instruments import ControlMetrics
+from ..service import QueueService
+from ..settings import ADMIN_TOKEN_FILE, RUNTIME_FILE, EnclaveSettings
+from ..state.kv import Store
+from ..state.queries import QueueIndex
+from ..state.records import TokenRecord
+from ..web.sessions import Sessions
+from .app import create_app
+from .preflight import DataDirLock, bind, check_ports, check_room, no_room
 
 log = logging.getLogger("enclave")
-
-LOCK_FILE = "enclave.lock"  #: in ENCLAVE_HOME: flock-ed by the running `enclave up`, holds its PID
-_MIB = 1 << 20
-
-
-class AlreadyRunning(Conflict):
-    """Another ``enclave up`` holds the data dir's lock."""
-
-
-class PortInUse(Conflict):
-    """A port ``enclave up`` is to listen on is taken."""
-
-
-class DataDirLock:
-    """An exclusive ``flock`` on ``ENCLAVE_HOME/enclave.lock``, held for the life of the process;
-    the OS drops it when the process dies, even by kill -9. While it is free, nobody runs on the
-    data dir: anything recorded there as running (a broker's PID) was left by a dead process."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.path = home / LOCK_FILE
-        self._fd: Optional[int] = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> None:
-        """Take the lock, or raise AlreadyRunning naming the holder. Writes nothing unless taken."""
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise EnclaveError(f"cannot open the data dir's lock file {self.path}: {exc.strerror or exc}.") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise AlreadyRunning(self._holder()) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the only descriptor drops the flock
-            self._fd = None
-
-    def _holder(self) -> str:
-        """The sentence for a lock held by another process: its PID and API URL, when known."""
-        try:
-            pid: Optional[int] = int(self.path.read_text())
-        except (OSError, ValueError):
-            pid = None  # the holder has not written its PID yet
-        url = None
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-            data = json.loads((self.home / RUNTIME_FILE).read_text())
-            if pid is None or data.get("pid") == pid:
-                url, pid = data.get("api_url"), data.get("pid")
-        if pid is None:
-            return f"Enclave is already running on {self.home}."
-        if not url:
-            return f"Enclave is already running on {self.home} (pid {pid}); it is still starting."
-        return f"Enclave is already running on {self.home} at {url} (pid {pid})."
-
-
-def _bind(sock: socket.socket, host: str, port: int, setting: str, option: str) -> None:
-    """``sock.bind((host, port))``, with an error naming the port and the setting if it fails."""
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            raise PortInUse(f"port {host}:{port} is already in use ({setting}); stop what listens there, or "
-                            f"choose another port with {setting} or {option} (0 = any free port).") from None
-        raise EnclaveError(f"cannot listen on {host}:{port} ({setting}): {exc.strerror or exc}.") from None
-
-
-def no_room(home: Path) -> StorageFull:
-    """The error for a data dir whose filesystem has too little room to start on."""
-    try:
-        free = f"{free_bytes(home) / _MIB:.1f} MiB"
-    except OSError:
-        free = "too little space"
-    return StorageFull(
-        f"the data dir's filesystem has {free} free; Enclave needs at least {START_ROOM // _MIB} MiB to start "
-        f"(its configuration, logs and first records, and a reserve for writing its configuration when the disk "
-        f"fills). Free some space on the filesystem of {home}, or choose another data dir (ENCLAVE_HOME or --data-dir).")
-
-
-def check_room(home: Path) -> None:
-    """Raise StorageFull (exit 9) if the data dir's filesystem has less than START_ROOM free."""
-    if free_bytes(home) < START_ROOM:
-        raise no_room(home)
-
-
-def check_ports(settings: EnclaveSettings) -> None:
-    """Raise PortInUse if a port to listen on is taken now, before anything is started (the bind
-    itself, later, says the same if it was taken in between)."""
-    for host, port, setting, option in ((settings.api_host, settings.api_port, "ENCLAVE_API_PORT", "--api-port"),
-                                        (settings.broker_host, settings.broker_port, "ENCLAVE_BROKER_PORT", "--broker-port")):
-        if port:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the listeners do
-                _bind(probe, host, port, setting, option)
 
 
 class _Uvicorn(uvicorn.Server):
@@ -177,13 +78,16 @@ class Runtime:
         self.conn: Optional[BrokerConnection] = None
         self.store: Optional[Store] = None
         self.reconciler: Optional[Reconciler] = None
-        self.dead_letters: Optional[DeadLetters] = None
+        self.index: Optional[QueueIndex] = None
+        self.error_notes: Optional[ErrorNotes] = None
+        self.mover: Optional[Mover] = None
         self.naks: Optional[NakCounter] = None
         self.sampler: Optional[Sampler] = None
         self.storage: Optional[StorageGuard] = None
         self.metrics = ControlMetrics()  #: this runtime's own registry, served at /metrics
         self.service: Optional[QueueService] = None
         self.desk: Optional[Desk] = None
+        self.deadlines: Optional[Deadlines] = None
         self.api_url = ""
         self.ready = False
         self._http: Optional[_Uvicorn] = None
@@ -246,20 +150,27 @@ class Runtime:
                                     self.accounts.restart_broker)
         await self.storage.start()
         await self._ensure_admin_token()
-        self.dead_letters = DeadLetters(self.store, self.conn, s.sweep_seconds, Provenance.from_master(self.master))
-        await self.dead_letters.start()
+        self.index = QueueIndex(self.store)
+        self.error_notes = ErrorNotes(self.conn)
+        await self.error_notes.start()
+        self.mover = Mover(self.store, self.conn, self.index, s.sweep_seconds, Provenance.from_master(self.master))
+        await self.mover.start()
         self.naks = NakCounter(self.store, self.conn)
         await self.naks.start()
         self.reconciler = Reconciler(self.store, self.conn, self.accounts, s.resync_seconds,
-                                     on_deleted=self.dead_letters.forget, metrics=self.metrics, storage=self.storage)
+                                     on_deleted=self._queue_deleted, metrics=self.metrics, storage=self.storage)
         await self.reconciler.start()
         self.storage.on_change = self.reconciler.reconcile_all  # the queues' statuses tell of the store
         self.sampler = Sampler(self.store, self.conn, self.accounts, s.sample_seconds, storage=self.storage)
         await self.sampler.start()
-        self.metrics.attach(self.store, self.conn, self.accounts, self.naks, self.storage)
+        accounts, supervisor = self.accounts, self.supervisor
+        self.metrics.attach(QueueMetrics(self.store, self.conn, lambda: accounts.applied, self.naks.counted,
+                                         lambda: supervisor.restarts, self.storage))
         self.service = QueueService(self.store, self.conn, self.accounts, self.master,
                                     lambda: self.broker_url, s.internal_broker_url, self.reconciler.changed)
-        self.desk = Desk(self.store, self.conn, self.service, self.dead_letters, self.naks)
+        self.deadlines = Deadlines(self.store, self.conn, self.index)
+        await self.deadlines.start()
+        self.desk = Desk(self.store, self.conn, self.service, self.index, self.naks)
         await self.desk.start()
         self.accounts.refill()  # after every subscription is made (controller/accounts.py, attach)
         await self._start_http()
@@ -267,6 +178,13 @@ class Runtime:
         write_private(s.home / RUNTIME_FILE, json.dumps(
             {"pid": os.getpid(), "api_url": self.api_url, "broker_url": self.broker_url,
              "broker_pid": self.supervisor.pid}) + "\n")
+
+    async def _queue_deleted(self, queue_id: str) -> None:
+        """The reconciler deleted a queue: its id names nothing any more, its notes go."""
+        assert self.index is not None and self.mover is not None and self.error_notes is not None
+        self.index.forget(queue_id)
+        self.mover.forget(queue_id)
+        await self.error_notes.forget(queue_id)
 
     async def _broker_restarted(self) -> None:
         assert self.accounts is not None and self.supervisor is not None
@@ -321,16 +239,13 @@ class Runtime:
         return "ok", "ready"
 
     async def _start_http(self) -> None:
-        from .api import create_app
-        from .api.guard import HEAD_READ_LIMIT
-
         s = self.settings
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only when the
         # listening socket says TCP, and without it every keep-alive response waits ~40 ms (Nagle)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            _bind(sock, s.api_host, s.api_port, "ENCLAVE_API_PORT", "--api-port")
+            bind(sock, s.api_host, s.api_port, "ENCLAVE_API_PORT", "--api-port")
         except BaseException:
             sock.close()
             raise
@@ -372,14 +287,18 @@ class Runtime:
                 await self._http_task
         if self.desk is not None:
             await self.desk.stop()
+        if self.deadlines is not None:
+            await self.deadlines.stop()
         if self.storage is not None:
             await self.storage.stop()  # no freeze or restart of the broker from here on
         if self.service is not None:
             await self.service.dead_letters.stop()
         if self.reconciler is not None:
             await self.reconciler.stop()
-        if self.dead_letters is not None:
-            await self.dead_letters.stop()
+        if self.mover is not None:
+            await self.mover.stop()
+        if self.error_notes is not None:
+            await self.error_notes.stop()
         if self.sampler is not None:
             await self.sampler.stop()
         if self.naks is not None:

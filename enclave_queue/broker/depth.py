@@ -12,6 +12,11 @@ And three counts since the stream was created, which only grow (Prometheus count
 ``sent`` (the stream's last sequence), ``received`` (deliveries, redeliveries included: the
 consumer's delivered sequence) and ``removed`` (sent minus stored: deleted by workers or by hand,
 dead-lettered, discarded, or past retention).
+
+A depth sample (controller/sampler.py stores one a queue every ``sample_seconds``; the depth
+history reads them, queues/samples.py) is the JSON array ``[waiting, in_flight, delayed, dead]``
+(``dead`` is ``null`` for a queue without a dead-letter queue); its time is the broker's
+timestamp of the stored message, so it costs no bytes of its own.
 """
 
 from __future__ import annotations
@@ -22,11 +27,10 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Optional
 
-from .broker.connection import REQUEST_TIMEOUT, BrokerConnection, retry_unavailable
-from .errors import BrokerUnavailable
-from .names import CONSUMER, LANES, jsapi_prefix, lane_consumer, stream_name
-from .spec import queue_key
-from .state.records import QueueRecord
+from ..errors import BrokerUnavailable
+from ..names import CONSUMER, LANES, lane_consumer, queue_api, stream_name
+from ..retry import retry_unavailable
+from .connection import REQUEST_TIMEOUT, BrokerConnection
 
 PARALLEL = 32  #: queues read at the same time
 
@@ -48,7 +52,7 @@ class Depth:
 
 async def _api(conn: BrokerConnection, queue_id: str, verb: str) -> dict[str, Any]:
     """One JetStream API request to a queue's account; its JSON answer."""
-    subject = f"{jsapi_prefix(queue_id)}.{verb}"
+    subject = queue_api(queue_id, verb)
     reply = await retry_unavailable(lambda: conn.control.request(subject, b"", timeout=REQUEST_TIMEOUT))
     body = json.loads(reply.data)
     if "error" in body:
@@ -114,8 +118,21 @@ async def read_depths(conn: BrokerConnection, queues: list[tuple[str, Optional[s
 
     return list(await asyncio.gather(*(one(q, d) for q, d in queues), return_exceptions=True))
 
-def depth_reads(records: list[QueueRecord]) -> list[tuple[str, Optional[str]]]:
-    """``read_depths``' arguments: each queue's id and its dead-letter queue's id (if it is live)."""
-    ids = {record.key: record.id for record in records}
-    return [(r.id, ids.get(queue_key(r.spec.project, r.spec.dead_letter_queue)) if r.spec.dead_letter_queue
-             else None) for r in records]
+
+def encode_sample(depth: Depth) -> bytes:
+    """A depth sample as stored: ``[waiting, in_flight, delayed, dead]``."""
+    return json.dumps([depth.waiting, depth.in_flight, depth.delayed, depth.dead], separators=(",", ":")).encode()
+
+
+def decode_sample(data: bytes, stamp: str) -> dict[str, Any]:
+    """One stored sample as the API returns it: its time (ISO 8601, UTC, from the broker's
+    ``stamp``) and the four counts."""
+    waiting, in_flight, delayed, dead = json.loads(data)
+    return {"t": _parse_stamp(stamp).isoformat(timespec="milliseconds"), "waiting": waiting,
+            "in_flight": in_flight, "delayed": delayed, "dead": dead}
+
+
+def _parse_stamp(stamp: str) -> datetime:
+    """The broker's RFC 3339 timestamp (nanoseconds, ``Z``) as a datetime (microseconds)."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{whole}.{(fraction + '000000')[:6]}+00:00")

@@ -1,4 +1,5 @@
-"""The console's cookies, set and read with the flags the request's scheme calls for.
+"""The console's cookies, set (console/routes.py) and read (there and api/auth.py) with the flags
+the request's scheme calls for.
 
 Over plain HTTP (the default: loopback): ``enclave_session`` and ``enclave_signin``, HttpOnly and
 SameSite=Strict. Over HTTPS, directly or behind a trusted proxy (proxies.py): the same cookies as

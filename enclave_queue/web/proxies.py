@@ -5,7 +5,8 @@ trusts.
 ``ENCLAVE_TRUSTED_PROXIES`` is a comma-separated list of addresses or networks
 (``127.0.0.1, 10.0.0.0/8, ::1``); the default is none, so the forwarded headers are ignored.
 The console uses the scheme for its cookies' ``Secure`` flag and ``__Host-`` prefix
-(cookies.py) and the address for its sign-in limit (throttle.py).
+(cookies.py) and the address for its sign-in limit (console/throttle.py). The app holds one
+(``app.state.proxies``: web/plane.py).
 
 This reads the ASGI scope as the server fills it in: ``client`` is the TCP peer and ``scheme``
 the transport's. A request that carries ``X-Forwarded-Proto`` is judged by that header and the

@@ -1,28 +1,26 @@
 """A queue's contents as they stand: export (every message with its status, dead letters
 included, taking nothing) and clear (waiting, delayed and dead letters removed; in-flight ones
-left to finish). Reads are batched direct gets through the control account; nothing is
-received, leased or counted. ``QueueService.export_page``, ``export`` and ``clear`` call these.
+left to finish). Reads are batched direct gets through the control account (letters.py,
+broker/direct.py); nothing is received, leased or counted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-from .broker.connection import delete_message, retry_unavailable
-from .controller.deadletters import ERRORS_STREAM
-from .envelope import (
+from ..broker.connection import BrokerConnection, delete_message
+from ..broker.direct import direct_batch, direct_get_subject
+from ..envelope import (
     DEADLINE,
     ENQUEUED_AT,
     FIRST_ENQUEUED,
     LAST_ERROR,
     RECEIVE_COUNT,
-    SOURCE_PROJECT,
-    SOURCE_QUEUE,
     SOURCE_SEQUENCE,
+    body_view,
     delay_subjects,
     due_at,
     message_id,
@@ -31,14 +29,15 @@ from .envelope import (
     prior_attempts,
     rfc3339,
 )
-from .errors import BrokerUnavailable, SpecError
-from .names import errors_subject, jsapi_prefix, stream_name
-from .redrive import READ_BATCH, Letter, direct_batch
-from .spec import subject_for
-from .state.records import QueueRecord
-
-if TYPE_CHECKING:
-    from .service import QueueService
+from ..errors import BrokerUnavailable, field_error
+from ..names import ERRORS_STREAM, errors_subject, queue_api, stream_name
+from ..retry import retry_unavailable
+from ..spec import subject_for
+from ..state.kv import Store
+from ..state.records import QueueRecord
+from .letters import READ_BATCH, Letter, Letters
+from .lookup import Lookup
+from .streams import floors, stream_info
 
 PURGE_TIMEOUT = 5.0  #: seconds a purge may take
 EXPORT_PAGE_BYTES = 1_000_000  #: bytes of JSON one export page holds at most (but always one message)
@@ -46,9 +45,14 @@ CLEAR_WINDOW = 256  #: deletes one clear keeps in flight at once
 READ_BYTES = 4 * 1024 * 1024  #: bytes one batched direct get returns at most (a batch of large messages)
 
 
-class QueueContents:
-    def __init__(self, service: QueueService) -> None:
-        self.service = service
+class Contents:
+    """Export and clear, for the API, the console and the desk."""
+
+    def __init__(self, conn: BrokerConnection, store: Store, lookup: Lookup, letters: Letters) -> None:
+        self.conn = conn
+        self.store = store
+        self.lookup = lookup
+        self.letters = letters
 
     async def export_page(self, project: str, name: str, cursor: Optional[str] = None,
                           max_bytes: int = EXPORT_PAGE_BYTES) -> tuple[list[dict[str, Any]], Optional[str]]:
@@ -63,10 +67,10 @@ class QueueContents:
         dead-letter queue. Its ``attempts`` is a lower bound (prior attempts + 1): JetStream keeps no
         delivery count of a message that can be read without delivering it."""
         phase, after = _parse_cursor(cursor)
-        record = await self.service.ready(project, name)
+        record = await self.lookup.ready(project, name)
         page = _Page(max_bytes)
         if phase == "q":
-            delivered = await self.service._floors(record)
+            delivered = await floors(self.conn, record)
             notes = await self._error_notes(record.id)
             more = True
             while more:
@@ -76,12 +80,12 @@ class QueueContents:
                         return page.items, f"q:{letter.sequence}"
                     after = letter.sequence
             phase, after = "d", 0
-        dlq = await self.service._dead_letter_queue(record)
+        dlq = await self.lookup.dead_letter_queue(record)
         more = dlq is not None
         while more and dlq is not None:
             letters, more = await self._read(dlq, after, subject_for(dlq.spec.project, dlq.spec.name))
-            for letter in self._vouched(dlq, letters):
-                if _letter_of(letter, record) and not page.add(_exported_letter(letter)):
+            for letter in self.letters.vouched(dlq, letters):
+                if letter.of_queue(record) and not page.add(_exported_letter(letter)):
                     return page.items, f"d:{letter.sequence}"
                 after = letter.sequence
         return page.items, None
@@ -112,26 +116,19 @@ class QueueContents:
     async def _read(self, record: QueueRecord, after: int, subject: Optional[str] = None) -> tuple[list[Letter], bool]:
         """A batch of the messages of ``record``'s stream stored after ``after`` (on ``subject``
         only, if given; else both the queue's and the delayed ones), and whether more follow."""
-        request: dict[str, Any] = {"seq": after + 1, "batch": READ_BATCH, "max_bytes": READ_BYTES}
-        if subject is not None:
-            request["next_by_subj"] = subject
-        return await direct_batch(self.service.conn.control, f"{jsapi_prefix(record.id)}.DIRECT.GET.{stream_name(record.id)}",
-                                   request, f"the messages of queue '{record.spec.name}'")
-
-    def _vouched(self, dlq: QueueRecord, letters: list[Letter]) -> list[Letter]:
-        """Letters of a dead-letter queue with only the provenance the control plane wrote."""
-        return [letter.vouched(self.service.dead_letters.provenance, dlq.id) for letter in letters]
+        return await self.letters.batch(record, after, subject, limit=READ_BATCH, max_bytes=READ_BYTES)
 
     async def _error_notes(self, queue_id: str) -> dict[int, str]:
-        """The error notes apps left for the queue's messages (controller/deadletters.py), by
+        """The error notes apps left for the queue's messages (controller/errornotes.py), by
         message id: one batched direct get per READ_BATCH notes of ERRORS_STREAM (one a subject)."""
         notes: dict[int, str] = {}
         after, more = 0, True
         while more:
-            found, more = await direct_batch(
-                self.service.conn.control, f"$JS.API.DIRECT.GET.{ERRORS_STREAM}",
+            batch = await direct_batch(
+                self.conn.control, direct_get_subject(ERRORS_STREAM),
                 {"seq": after + 1, "next_by_subj": errors_subject(queue_id), "batch": READ_BATCH}, "the error notes")
-            for note in found:
+            more = batch.more
+            for note in batch.messages:
                 noted_as = note.headers.get("Nats-Subject", "").rsplit(".", 1)[-1]
                 if noted_as.isdigit():
                     notes[int(noted_as)] = one_line(note.data.decode(errors="replace"))
@@ -147,31 +144,31 @@ class QueueContents:
         finish: a worker can still delete them, and a nack brings them back. Only what was stored
         when the clear started is removed. The race: a message delivered while the clear runs may
         be removed while leased; its worker's delete (ack) is then harmless, and a nack finds it gone."""
-        record = await self.service.ready(project, name)
-        info, floors = await asyncio.gather(self.service._stream_info(record), self.service._floors(record))
+        record = await self.lookup.ready(project, name)
+        info, delivered = await asyncio.gather(stream_info(self.conn, record), floors(self.conn, record))
         last = info.state.last_seq
         waiting = 0
-        for subject, floor in floors.items():  # the queue's subject, and each priority lane's
+        for subject, floor in delivered.items():  # the queue's subject, and each priority lane's
             waiting += await self._delete_stored(record, floor, last, subject=subject)
         delayed = await self._purge(record, delay_subjects(subject_for(project, name)), last + 1)
-        dlq = await self.service._dead_letter_queue(record)
+        dlq = await self.lookup.dead_letter_queue(record)
         dead = 0
         if dlq is not None:  # only this queue's letters: a dead-letter queue may serve several
-            dead = await self._delete_stored(dlq, 0, (await self.service._stream_info(dlq)).state.last_seq,
-                                             lambda letter: _letter_of(self._vouched(dlq, [letter])[0], record))
+            dead = await self._delete_stored(dlq, 0, (await stream_info(self.conn, dlq)).state.last_seq,
+                                             lambda letter: self.letters.vouched(dlq, [letter])[0].of_queue(record))
         if waiting + delayed:
-            await self.service.store.count(record.key, "cleared", waiting + delayed)
-        if delayed:  # ``scheduled`` counts the schedules not cleared (controller/desk.py)
-            await self.service.store.count(record.key, "scheduled", -delayed)
+            await self.store.count(record.key, "cleared", waiting + delayed)
+        if delayed:  # ``scheduled`` counts the schedules not cleared (desk/deadlines.py)
+            await self.store.count(record.key, "scheduled", -delayed)
         if dlq and dead:
-            await self.service.store.count(dlq.key, "cleared", dead)
+            await self.store.count(dlq.key, "cleared", dead)
         return {"waiting": waiting, "delayed": delayed, "dead": dead}
 
     async def _purge(self, record: QueueRecord, subject: str, below: int) -> int:
         """Purge the messages on ``subject`` stored below sequence ``below``; how many went."""
-        api = f"{jsapi_prefix(record.id)}.STREAM.PURGE.{stream_name(record.id)}"
+        api = queue_api(record.id, f"STREAM.PURGE.{stream_name(record.id)}")
         request = json.dumps({"filter": subject, "seq": below}).encode()
-        reply = await retry_unavailable(lambda: self.service.conn.control.request(api, request, timeout=PURGE_TIMEOUT))
+        reply = await retry_unavailable(lambda: self.conn.control.request(api, request, timeout=PURGE_TIMEOUT))
         answer = json.loads(reply.data)
         if "error" in answer:
             raise BrokerUnavailable(f"The broker refused to purge queue '{record.spec.name}': "
@@ -183,7 +180,7 @@ class QueueContents:
                              subject: Optional[str] = None) -> int:
         """Delete the ``chosen`` messages of ``record``'s queue subject (or ``subject``) stored after
         ``after`` up to ``last``, CLEAR_WINDOW deletes in flight at once; how many were still there."""
-        js, stream = self.service.conn.queue_js(record.id), stream_name(record.id)
+        js, stream = self.conn.queue_js(record.id), stream_name(record.id)
         subject = subject or subject_for(record.spec.project, record.spec.name)
         removed, more = 0, True
         while more and after < last:
@@ -203,8 +200,7 @@ def _parse_cursor(cursor: Optional[str]) -> tuple[str, int]:
         return "q", 0
     phase, _, seq = cursor.partition(":")
     if phase not in ("q", "d") or not seq.isdigit() or int(seq) < 1:
-        message = f"is not a cursor an export returned (got {cursor!r})"
-        raise SpecError(f"cursor {message}.", errors=[{"field": "cursor", "message": message}])
+        raise field_error("cursor", f"is not a cursor an export returned (got {cursor!r})")
     return phase, int(seq) - 1
 
 
@@ -222,12 +218,6 @@ class _Page:
         self.items.append(item)
         self.room -= size
         return True
-
-
-def _letter_of(letter: Letter, record: QueueRecord) -> bool:
-    """Whether a dead letter came from ``record``'s queue (a DLQ may serve several)."""
-    h = letter.headers
-    return h.get(SOURCE_QUEUE) == record.spec.name and h.get(SOURCE_PROJECT) == record.spec.project
 
 
 def _exported_letter(letter: Letter) -> dict[str, Any]:
@@ -263,10 +253,10 @@ def _exported(letter: Letter, status: str, *, attempts: int, last_error: Optiona
         out["deadline"] = h[DEADLINE]
     content_type = h.get("Content-Type")
     out["content_type"] = content_type
-    try:
-        text = letter.data.decode()
-    except UnicodeDecodeError:
-        return {**out, "body": None, "body_base64": base64.b64encode(letter.data).decode()}
+    body = body_view(letter.data)
+    text = body["body"]
+    if text is None:  # not UTF-8: its bytes in base64
+        return {**out, **body}
     if content_type and content_type.split(";")[0].strip().lower() == "application/json":
         try:
             return {**out, "body": json.loads(text)}

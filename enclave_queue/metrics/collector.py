@@ -1,17 +1,12 @@
-"""Prometheus metrics of the control process, served at ``/metrics`` (api/routes/metrics.py).
+"""Each queue's numbers and the broker's state, read fresh at scrape time: a prometheus_client
+collector attached to the registry of metrics/instruments.py.
 
-Two kinds, in one registry the Runtime owns (not prometheus_client's global one, so several
-stacks in one test process never collide):
-
-- the control plane's own instruments, updated as things happen: reconcile durations and
-  errors (controller/reconciler.py), configuration reloads, their durations and failures
-  (controller/accounts.py);
-- per-queue numbers and the broker's state, read fresh at scrape time (``QueueMetrics``): each
-  queue's depth (depth.py: two JetStream API requests a queue), its stored counters, the nak
-  counter's unsaved counts and the broker's VARZ. One read serves every scrape within
-  ``CACHE_SECONDS``, so concurrent scrapers do not multiply the broker's work;
-- the broker's store as the storage guard last saw it (broker/storage.py, every 0.5 s): whether
-  it takes writes, the disk's free bytes, the streams that reported a write error, the puts refused.
+Per queue: its depth (broker/depth.py: two JetStream API requests a queue), its stored counters
+and the nak counter's unsaved counts (read together, controller/naks.py), the broker's VARZ. One
+read serves every scrape within ``CACHE_SECONDS``, so concurrent scrapers do not multiply the
+broker's work. Beside them the broker's store as the storage guard last saw it (broker/storage.py,
+every 0.5 s): whether it takes writes, the disk's free bytes, the streams that reported a write
+error, the puts refused, and the supervisor's restarts of the broker.
 
 Counters derived from the broker (sent, received, deleted) are kept monotonic here per queue: a
 stream or consumer re-created behind the controller's back restarts its sequences, which is
@@ -24,28 +19,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from .broker.connection import BrokerConnection
-from .broker.storage import StorageGuard, StoreHealth
-from .controller.accounts import Accounts
-from .controller.desk import removed_otherwise
-from .controller.naks import NakCounter
-from .controller.sampler import live_queues
-from .depth import Depth, depth_reads, read_depths
-from .state.kv import Store
-from .state.records import QueueCounters
+from ..broker.connection import BrokerConnection
+from ..broker.depth import Depth, read_depths
+from ..broker.storage import StorageGuard, StoreHealth
+from ..queues.counters import removed_otherwise
+from ..state.kv import Store
+from ..state.queries import depth_reads, live_queues
+from ..state.records import QueueCounters
 
 log = logging.getLogger("enclave.metrics")
 
 CACHE_SECONDS = 1.0  #: a scrape within this long of the last broker read reuses it
 LABELS = ("project", "queue")
+
+#: the stored counters by queue key and the naks not stored yet by queue id, read together
+#: (controller/naks.py ``NakCounter.counted``)
+Counted = Callable[[], Awaitable[tuple[Mapping[str, QueueCounters], Mapping[str, int]]]]
 
 #: (name, help) of the per-queue gauges and counters, in the order they are exposed
 QUEUE_GAUGES = (
@@ -70,41 +65,8 @@ QUEUE_COUNTERS = (
 )
 
 
-class ControlMetrics:
-    """The registry and the control plane's instruments."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.reconcile_seconds = Histogram(
-            "enclave_reconcile_duration_seconds", "Time one reconcile of one queue took, failed ones included.",
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=self.registry)
-        self.reconcile_errors = Counter(
-            "enclave_reconcile_errors", "Reconciles that failed (each is retried).", registry=self.registry)
-        self.reloads = Counter(
-            "enclave_config_reloads", "Broker configuration reloads that succeeded.", registry=self.registry)
-        self.reload_errors = Counter(
-            "enclave_config_reload_errors", "Broker configuration reloads that failed.", registry=self.registry)
-        self.reload_seconds = Histogram(
-            "enclave_config_reload_duration_seconds", "Time one broker configuration reload took.",
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=self.registry)
-        self.queues: Optional[QueueMetrics] = None
-
-    def attach(self, store: Store, conn: BrokerConnection, accounts: Accounts, naks: NakCounter,
-               storage: Optional[StorageGuard] = None) -> None:
-        """Start exposing the queues and the broker (once the state store is open)."""
-        self.queues = QueueMetrics(store, conn, accounts, naks, storage)
-        self.registry.register(self.queues)
-
-    async def render(self, accept: str = "") -> tuple[bytes, str]:
-        """The exposition (text format, or OpenMetrics if ``accept`` asks for it) and its content type."""
-        if self.queues is not None:
-            await self.queues.refresh()
-        encoder, content_type = choose_encoder(accept)
-        return encoder(self.registry), content_type
-
-
 @dataclass
-class _Totals:
+class Totals:
     """One queue's counters as last exposed, for keeping them monotonic."""
 
     base: dict[str, int] = field(default_factory=lambda: {"sent": 0, "received": 0, "removed": 0})
@@ -151,18 +113,19 @@ class QueueMetrics:
     """A prometheus_client collector of per-queue numbers and the broker's state. ``refresh()``
     (async) reads them; ``collect()`` (called by the exposition, synchronously) shows the last read."""
 
-    def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, naks: NakCounter,
-                 storage: Optional[StorageGuard] = None) -> None:
+    def __init__(self, store: Store, conn: BrokerConnection, applied: Callable[[], Collection[str]], counted: Counted,
+                 restarts: Callable[[], int], storage: Optional[StorageGuard] = None) -> None:
         self.store = store
         self.conn = conn
-        self.accounts = accounts
-        self.naks = naks
+        self.applied = applied  #: the account ids the running broker has loaded (controller/accounts.py)
+        self.counted = counted
+        self.restarts = restarts  #: the supervisor's restarts of the broker
         self.storage = storage
         self.reads = 0  #: broker reads done (one per refresh outside the cache)
         self._snapshot = _Snapshot([], False, None)
         self._read_at = -CACHE_SECONDS
         self._lock = asyncio.Lock()
-        self._totals: dict[str, _Totals] = {}  #: by queue id
+        self._totals: dict[str, Totals] = {}  #: by queue id
 
     async def refresh(self) -> None:
         async with self._lock:  # a scrape that arrives during a read waits for it and uses it
@@ -185,17 +148,14 @@ class QueueMetrics:
         return _Snapshot(queues, memory is not None, memory)
 
     async def _read_queues(self) -> list[tuple[str, str, Depth, dict[str, int]]]:
-        records = await live_queues(self.store, self.accounts)
+        records = await live_queues(self.store, self.applied())
         depths = await read_depths(self.conn, depth_reads(records))
-        # the stored counters and the unsaved naks together, so a flush cannot fall in between
-        async with self.naks.lock:
-            counters = {key: counts for key, counts, _ in await self.store.counters.items()}
-            unsaved = dict(self.naks.pending)
+        counters, unsaved = await self.counted()  # together, so a flush cannot fall in between
         out = []
         for record, depth in zip(records, depths, strict=True):
             if not isinstance(depth, Depth):
                 continue  # not ready yet (or its account is being reloaded): no numbers this time
-            totals = self._totals.setdefault(record.id, _Totals())
+            totals = self._totals.setdefault(record.id, Totals())
             counts = counters.get(record.key) or QueueCounters()
             out.append((record.spec.project, record.spec.name, depth,
                         totals.update(depth, counts, unsaved.get(record.id, 0))))
@@ -210,7 +170,7 @@ class QueueMetrics:
         storage = self.storage
         return self._families(self._snapshot, _Storage(storage.health if storage else None,
                                                        storage.refused if storage else 0,
-                                                       self.accounts.supervisor.restarts))
+                                                       self.restarts()))
 
     @staticmethod
     def _families(snapshot: _Snapshot, storage: _Storage) -> Iterator[Metric]:

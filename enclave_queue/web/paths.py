@@ -1,6 +1,7 @@
 """What each path part must look like: one table (``PATH_RULES``) that every route's path
-parameters are checked against by ``check_path``, a dependency of the whole app (app.py), so a
-name that breaks the rules of create never reaches the state store or the broker.
+parameters, the API's and the console's, are checked against by ``check_path``, a dependency of
+the whole app (api/app.py), so a name that breaks the rules of create never reaches the state
+store or the broker.
 
 Names (project, queue, secret, redrive id) that break their rule can name nothing: ``NotFound``
 with the rule in the sentence. Handles the server gave out (a receipt, a dead letter's sequence)
@@ -20,7 +21,7 @@ import fastapi.routing
 from fastapi import Request
 from starlette.routing import BaseRoute, Route
 
-from ..errors import NotFound, SpecError
+from ..errors import NotFound, out_of_range
 from ..spec import (
     MAX_SEQUENCE,
     NAME_RULE,
@@ -55,13 +56,12 @@ class Rule:
         if self.missing:
             context = {key: shown(part) for key, part in params.items()}
             raise NotFound(self.missing.format(**{**context, field: shown(value)}) + f": {self.text}.")
-        message = f"must be {self.text} (got {shown(value)})"
-        raise SpecError(f"{field} {message}.", errors=[{"field": field, "message": message}])
+        raise out_of_range(field, self.text, shown(value))
 
 
 #: every path parameter of every route, in the order they are checked (a bad project is named
-#: before a bad queue in it). A new route's parameter needs a rule here: create_app refuses to
-#: start without one (``uncovered``).
+#: before a bad queue in it). A new route's parameter needs a rule here: the app refuses to
+#: start without one (``check_covered``).
 PATH_RULES: dict[str, Rule] = {
     "project": Rule(PROJECT_PATTERN, f"a project is {PROJECT_RULE}", "Project {project} does not exist"),
     "name": Rule(QUEUE_NAME_PATTERN, f"a queue name is {NAME_RULE}", "Queue {name} does not exist in project {project}"),
@@ -102,3 +102,10 @@ def uncovered(routes: Iterable[BaseRoute]) -> list[str]:
     """'<path> {<param>}' for each path parameter of ``routes`` that PATH_RULES has no rule for."""
     return [f"{route.path} {{{param}}}" for route in endpoints(routes)
             for param in route.param_convertors if param not in PATH_RULES]
+
+
+def check_covered(routes: Iterable[BaseRoute]) -> None:
+    """RuntimeError naming each path parameter of ``routes`` that PATH_RULES has no rule for."""
+    missing = uncovered(routes)
+    if missing:
+        raise RuntimeError(f"path parameters without a rule in web/paths.py: {', '.join(missing)}")

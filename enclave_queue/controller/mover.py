@@ -22,11 +22,9 @@ signed with an ``Enclave-Provenance`` MAC (auth/provenance.py); then count it (o
 move counts nothing again); then delete it from the source; then ack the advisory. A queue without a DLQ has the message discarded after its last receive,
 counted as discarded.
 
-Apps report errors by publishing a note to ``enclave.errors.<message id>`` in their own account
-(the SDK's ``nack(error=)``; the id is the sequence, or for a copy made by ``release`` its
-original's); the broker stores it in the control account's ``ENCLAVE_ERRORS`` stream, one note
-per message, even while the control process is down. ``reject`` asks this
-process (``enclave.reject`` -> ``deadletter.<id>``) to move a message at once.
+The last error is the note an app left for the message (state/notes.py; the stream and its
+bounds: errornotes.py). ``reject`` asks this process (``enclave.reject`` -> ``deadletter.<id>``)
+to move a message at once.
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ from nats.js import api
 from .. import envelope
 from ..auth.provenance import Provenance
 from ..broker.config import CONTROL_STREAM_BYTES
-from ..broker.connection import BrokerConnection, delete_message, ensure_stream, retry_unavailable
+from ..broker.connection import BrokerConnection, delete_message, ensure_stream, publish_into, stored_seq
 from ..envelope import (
     DEAD_LETTERED_AT,
     FIRST_ENQUEUED,
@@ -56,28 +54,33 @@ from ..envelope import (
     SOURCE_PROJECT,
     SOURCE_QUEUE,
     SOURCE_SEQUENCE,
+    clean_headers,
     one_line,
 )
-from ..errors import EnclaveError, publish_refused
-from ..names import LANES, advisory_subject, errors_subject, jsapi_prefix, lane_consumer, send_subject, stream_name
-from ..spec import queue_key, subject_for
+from ..errors import EnclaveError
+from ..names import (
+    ADVISORY_STREAM,
+    LANES,
+    MOVER,
+    advisory_subject,
+    lane_consumer,
+    queue_api,
+    reject_subject,
+    stream_name,
+)
+from ..retry import retry_unavailable
+from ..spec import subject_for
 from ..state.kv import Store
+from ..state.notes import drop_note, last_error, write_note
+from ..state.queries import QueueIndex, dead_letter_queue_of
 from ..state.records import QueueRecord
 
 log = logging.getLogger("enclave.deadletters")
 
-ADVISORY_STREAM = "ENCLAVE_ADVISORIES"
 #: the advisories the stream keeps: every queue account sends all its consumer's advisories
 #: (broker/config.py), but only a message out of receives needs one kept while this process is down
 ADVISORY_SUBJECTS = [advisory_subject("*", "MAX_DELIVERIES")]
-ERRORS_STREAM = "ENCLAVE_ERRORS"
-MOVER = "mover"
-KEEP_SECONDS = 14 * 24 * 3600.0  #: advisories and error notes live as long as the longest retention
-#: error notes a queue keeps (its newest; one a message): one app's failures cannot push out
-#: another queue's notes. Past it by ERRORS_SLACK, the oldest go in one purge
-ERRORS_PER_QUEUE = 1000
-ERRORS_SLACK = 100
-ERROR_NOTE_BYTES = 2048  #: bytes one stored note may take (a note is cut to 1 KiB: envelope.one_line)
+KEEP_SECONDS = 14 * 24 * 3600.0  #: advisories live as long as the longest retention
 PROBE = json.dumps({"batch": 1, "no_wait": True, "max_bytes": 1}).encode()
 #: fault injection for the tests: "exit-after-dlq-publish" kills the process between the copy to
 #: the dead-letter queue and the count, "exit-after-dead-letter-count" between the count and the
@@ -85,17 +88,9 @@ PROBE = json.dumps({"batch": 1, "no_wait": True, "max_bytes": 1}).encode()
 FAULT = os.environ.get("ENCLAVE_FAULT", "")
 
 
-
 class MoveError(EnclaveError):
     """A dead letter could not be moved now (the DLQ refused it, or is missing); it stays put and
     the move is tried again."""
-
-
-def clean_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
-    """A stored message's own headers, without the broker's (``Nats-*``) and ours."""
-    return {k: v for k, v in (headers or {}).items()
-            if not k.startswith("Nats-") and k not in envelope.DEAD_LETTER_HEADERS and k not in envelope.SYSTEM_HEADERS
-            and k not in ("Status", "Description")}
 
 
 def stored_at(msg: api.RawStreamMsg) -> str:
@@ -103,25 +98,22 @@ def stored_at(msg: api.RawStreamMsg) -> str:
     return when.astimezone(UTC).isoformat()
 
 
-class DeadLetters:
+class Mover:
     """The mover, the sweep and the reject service, in the control process."""
 
-    def __init__(self, store: Store, conn: BrokerConnection, sweep_seconds: float, provenance: Provenance) -> None:
+    def __init__(self, store: Store, conn: BrokerConnection, index: QueueIndex, sweep_seconds: float,
+                 provenance: Provenance) -> None:
         self.store = store
         self.provenance = provenance
         self.conn = conn
+        self.index = index  #: finds the queue of an advisory or a reject by its id
         self.sweep_seconds = sweep_seconds
         self.moved = 0
         self.discarded = 0
-        self._ids: dict[str, str] = {}  #: queue id -> queue key
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._sub: Any = None
         self._advisory_sub: Any = None
-        self._notes_sub: Any = None
-        self._noted: dict[str, int] = {}  #: queue id -> error notes stored since its last trim (an upper bound)
-        self._trimming: set[str] = set()
-        self._trims: set[asyncio.Task[None]] = set()
 
     # -- start and stop -------------------------------------------------------------------------
 
@@ -132,68 +124,32 @@ class DeadLetters:
             storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=CONTROL_STREAM_BYTES[ADVISORY_STREAM],
             discard=api.DiscardPolicy.OLD, num_replicas=1,
         ))
-        # one note a message (a newer one replaces it); when the stream is full new notes are
-        # refused rather than other queues' notes pushed out, and each queue keeps its newest
-        # ERRORS_PER_QUEUE (``_trim_notes``)
-        await ensure_stream(js, api.StreamConfig(
-            name=ERRORS_STREAM, subjects=["errors.*.*"], retention=api.RetentionPolicy.LIMITS,
-            storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=CONTROL_STREAM_BYTES[ERRORS_STREAM],
-            max_msgs_per_subject=1, max_msg_size=ERROR_NOTE_BYTES, discard=api.DiscardPolicy.NEW, allow_direct=True,
-            num_replicas=1,
-        ))
         with contextlib.suppress(nats.js.errors.BadRequestError):  # exists already
             await retry_unavailable(lambda: js.add_consumer(ADVISORY_STREAM, api.ConsumerConfig(
                 durable_name=MOVER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=30.0, max_deliver=-1,
             )))
-        self._sub = await self.conn.control.subscribe("deadletter.*", queue="movers", cb=self._on_reject)
-        # every stored note, the old ones first (headers only: just counted)
-        self._notes_sub = await retry_unavailable(lambda: js.subscribe(
-            errors_subject("*"), ordered_consumer=True, headers_only=True, cb=self._on_error_note))
+        self._sub = await self.conn.control.subscribe(reject_subject("*"), queue="movers", cb=self._on_reject)
         self._tasks = [
             asyncio.create_task(self._advisories(), name="deadletters-advisories"),
             asyncio.create_task(self._sweeps(), name="deadletters-sweep"),
         ]
 
     async def stop(self) -> None:
-        for sub in (self._sub, self._advisory_sub, self._notes_sub):
+        for sub in (self._sub, self._advisory_sub):
             if sub is not None:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
-        for task in (*self._tasks, *self._trims):
+        for task in self._tasks:
             task.cancel()
-        for task in (*self._tasks, *self._trims):
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    # -- finding queues -------------------------------------------------------------------------
-
-    async def record_of(self, queue_id: str, hint: Optional[str] = None) -> Optional[QueueRecord]:
-        """The current record of the queue that owns ``queue_id`` (read fresh: a changed DLQ
-        applies to the next dead letter). ``hint``: the key the caller says it is (checked)."""
-        for key in (self._ids.get(queue_id), hint):
-            if key is not None:
-                found = await self.store.queues.get(key)
-                if found is not None and found[0].id == queue_id:
-                    self._ids[queue_id] = key
-                    return found[0]
-        self._ids = {record.id: key for key, record, _ in await self.store.queues.items()}
-        key = self._ids.get(queue_id)
-        if key is None:
-            return None
-        found = await self.store.queues.get(key)
-        return found[0] if found is not None and found[0].id == queue_id else None
+    def forget(self, queue_id: str) -> None:
+        """A queue was deleted: nothing of it is moved any more."""
+        self._locks.pop(queue_id, None)
 
     # -- moving ---------------------------------------------------------------------------------
-
-    async def last_error(self, queue_id: str, message_id: int) -> Optional[str]:
-        """The last error an app reported for message ``message_id`` of the queue, if any (notes are
-        kept by message id, so a copy made by ``release`` keeps its original's)."""
-        try:
-            note = await retry_unavailable(lambda: self.conn.js.get_msg(
-                ERRORS_STREAM, subject=errors_subject(queue_id, message_id), direct=True))
-        except nats.js.errors.NotFoundError:
-            return None
-        return one_line((note.data or b"").decode(errors="replace")) or None
 
     async def move(self, record: QueueRecord, seq: int, receive_count: Optional[int] = None,
                    error: Optional[str] = None) -> str:
@@ -215,11 +171,10 @@ class DeadLetters:
         noted_as = envelope.message_id(own, seq)  #: error notes are kept by message id
         noted: Optional[str] = None
         if spec.dead_letter_queue:
-            found = await self.store.queues.get(queue_key(spec.project, spec.dead_letter_queue))
-            if found is None or found[0].deleting:
+            dlq = await dead_letter_queue_of(self.store, record)
+            if dlq is None:
                 raise MoveError(f"Dead-letter queue '{spec.dead_letter_queue}' of queue '{spec.name}' does not exist.")
-            dlq = found[0]
-            noted = await self.last_error(record.id, noted_as)
+            noted = await last_error(self.conn.js, record.id, noted_as)
             reason = error if error is not None else noted
             headers = {
                 **clean_headers(msg.headers),
@@ -235,13 +190,8 @@ class DeadLetters:
             if reason:
                 headers[LAST_ERROR] = one_line(reason)
             headers = self.provenance.sign(dlq.id, headers, msg.data or b"")
-            subject = send_subject(dlq.id, subject_for(dlq.spec.project, dlq.spec.name))
-            reply = await retry_unavailable(
-                lambda: self.conn.control.request(subject, msg.data or b"", timeout=5, headers=headers))
-            ack = json.loads(reply.data)
-            if "error" in ack:
-                raise publish_refused(ack["error"], f"'{dlq.spec.name}' in project '{dlq.spec.project}'",
-                                      dlq.spec.max_messages, dlq.spec.max_bytes)
+            subject = subject_for(dlq.spec.project, dlq.spec.name)
+            stored_seq(await publish_into(self.conn, dlq.id, subject, msg.data or b"", headers), dlq.spec)
             if FAULT == "exit-after-dlq-publish":
                 os._exit(70)
             outcome = "moved"
@@ -255,8 +205,7 @@ class DeadLetters:
             os._exit(70)
         await delete_message(source, stream, seq)
         if spec.dead_letter_queue is None or noted is not None:  # the note has served; without a DLQ, unread
-            with contextlib.suppress(nats.js.errors.NotFoundError, nats.errors.Error):
-                await self.conn.js.purge_stream(ERRORS_STREAM, subject=errors_subject(record.id, noted_as))
+            await drop_note(self.conn.js, record.id, noted_as)
         if outcome == "moved":
             self.moved += 1
         else:
@@ -291,7 +240,7 @@ class DeadLetters:
         try:
             if kind.lower() == "max_deliveries":  # earlier versions stored adv.<id>.max_deliveries
                 body = json.loads(advisory.data)
-                record = await self.record_of(queue_id)
+                record = await self.index.record_of(queue_id)
                 if record is not None and not record.deleting:
                     await self.move(record, int(body["stream_seq"]), int(body.get("deliveries") or 0) or None)
             await advisory.ack()
@@ -333,7 +282,7 @@ class DeadLetters:
         stream = stream_name(record.id)
         consumer = lane_consumer(level)
         # the probe: the server retires exhausted messages and emits their advisories
-        await self.conn.control.publish(f"{jsapi_prefix(record.id)}.CONSUMER.MSG.NEXT.{stream}.{consumer}", PROBE,
+        await self.conn.control.publish(queue_api(record.id, f"CONSUMER.MSG.NEXT.{stream}.{consumer}"), PROBE,
                                         reply=f"_INBOX.enclave-probe.{record.id}")
         info = await retry_unavailable(lambda: js.consumer_info(stream, consumer))
         if info.num_ack_pending or not info.delivered.stream_seq:
@@ -362,14 +311,13 @@ class DeadLetters:
         try:
             body = json.loads(request.data)
             subject = str(body.get("subject", ""))  # queue.<project>.<name>: a hint, checked against the id
-            record = await self.record_of(queue_id, ".".join(subject.split(".")[1:3]) or None)
+            record = await self.index.record_of(queue_id, ".".join(subject.split(".")[1:3]) or None)
             if record is None or record.deleting:
                 raise EnclaveError("The queue does not exist any more.")
             seq, error = int(body["seq"]), body.get("error") or None
             noted_as = int(body.get("id") or seq)
             if error:  # kept as the message's note, should this move fail and a later one happen
-                await retry_unavailable(lambda: self.conn.js.publish(errors_subject(record.id, noted_as),
-                                                                     one_line(error).encode()))
+                await write_note(self.conn.js, record.id, noted_as, error)
             outcome = await self.move(record, seq, body.get("receive_count"), error)
             if outcome != "gone":
                 await self.store.count(record.key, "rejected")
@@ -378,34 +326,3 @@ class DeadLetters:
             reply = {"error": str(exc) or type(exc).__name__}
         with contextlib.suppress(nats.errors.Error):
             await request.respond(json.dumps(reply).encode())
-
-    # -- bounding each queue's error notes -------------------------------------------------------
-
-    async def _on_error_note(self, note: Msg) -> None:
-        """An error note is stored in ERRORS_STREAM (read here headers only, to count it): past
-        ERRORS_PER_QUEUE and some slack, trim the queue's notes to its newest."""
-        queue_id = note.subject.split(".")[1]
-        count = self._noted[queue_id] = self._noted.get(queue_id, 0) + 1
-        if count > ERRORS_PER_QUEUE + ERRORS_SLACK and queue_id not in self._trimming:
-            self._trimming.add(queue_id)
-            task = asyncio.create_task(self._trim_notes(queue_id))
-            self._trims.add(task)
-            task.add_done_callback(self._trims.discard)
-
-    async def _trim_notes(self, queue_id: str) -> None:
-        try:
-            await retry_unavailable(lambda: self.conn.js.purge_stream(
-                ERRORS_STREAM, subject=errors_subject(queue_id), keep=ERRORS_PER_QUEUE))
-            self._noted[queue_id] = ERRORS_PER_QUEUE
-        except (nats.errors.Error, nats.js.errors.Error, EnclaveError) as exc:
-            log.warning("error notes of queue %s not trimmed: %s", queue_id, exc)
-        finally:
-            self._trimming.discard(queue_id)
-
-    async def forget(self, queue_id: str) -> None:
-        """A queue was deleted: drop its error notes."""
-        self._noted.pop(queue_id, None)
-        self._ids.pop(queue_id, None)
-        self._locks.pop(queue_id, None)
-        with contextlib.suppress(nats.js.errors.NotFoundError, nats.errors.Error):
-            await self.conn.js.purge_stream(ERRORS_STREAM, subject=f"errors.{queue_id}.*")

@@ -1,0 +1,94 @@
+"""The one batched direct-get reader: the messages of a stream read by sequence, nothing leased.
+
+A batched direct get (``DIRECT.GET`` with ``batch``) asks the broker for up to ``batch`` messages
+from a starting sequence (or time), optionally of one subject (``next_by_subj``); the broker
+streams them to one inbox, each with its sequence and time in headers, and ends the batch with a
+status: ``204`` (with ``Nats-Num-Pending``: how many more there are), ``404`` (nothing, or nothing
+more) or another (``503``: nobody answers yet, say during a reload). The queues' letters, export
+and clear (queues/), the error notes and the depth history all read this way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from ..errors import BrokerUnavailable
+from ..names import queue_api, stream_name
+from ..retry import RETRY_WINDOW
+
+READ_TIMEOUT = 10.0  #: seconds one direct-get request may take
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One message as a direct get returns it."""
+
+    sequence: int
+    data: bytes
+    headers: dict[str, str]
+    stored_at: Optional[str]  #: the broker's RFC 3339 timestamp (nanoseconds, ``Z``)
+
+
+@dataclass(frozen=True)
+class Batch:
+    messages: list[Stored]  #: in sequence order
+    more: bool  #: the broker said more messages follow the last one
+    status: Optional[str]  #: the status that ended the batch (``204``, ``404``, …)
+    description: str = ""  #: the broker's words for that status
+
+
+def direct_get_subject(stream: str, queue_id: Optional[str] = None) -> str:
+    """The direct-get API of a control-account stream, or (with ``queue_id``) of a queue's stream."""
+    if queue_id is not None:
+        return queue_api(queue_id, f"DIRECT.GET.{stream_name(queue_id)}")
+    return f"$JS.API.DIRECT.GET.{stream}"
+
+
+async def direct_batch(nc: Client, subject: str, request: dict[str, Any], what: str) -> Batch:
+    """One batched direct get to ``subject`` (``direct_get_subject``). Tried again for RETRY_WINDOW
+    while nobody answers (a configuration reload; not taken for an empty stream).
+    BrokerUnavailable naming ``what`` ("the messages of queue 'emails'") if the broker does not
+    end the batch within READ_TIMEOUT."""
+    deadline = time.monotonic() + RETRY_WINDOW
+    while True:
+        found, end = await _direct_batch_once(nc, subject, json.dumps(request).encode(), what)
+        status = end.get("Status")
+        if status != "503" or found or time.monotonic() > deadline:
+            pending = end.get("Nats-Num-Pending", "0")
+            more = status == "204" and pending.isdigit() and int(pending) > 0
+            return Batch(found, more, status, end.get("Description", ""))
+        await asyncio.sleep(0.05)
+
+
+async def _direct_batch_once(nc: Client, subject: str, request: bytes,
+                             what: str) -> tuple[list[Stored], dict[str, str]]:
+    found: list[Stored] = []
+    done: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
+
+    async def collect(msg: Msg) -> None:
+        headers = dict(msg.headers or {})
+        if "Status" not in headers:
+            stamp = headers.get("Nats-Time-Stamp")
+            found.append(Stored(int(headers["Nats-Sequence"]), msg.data or b"", headers, stamp))
+        elif not done.done():  # 204: end of batch; 404: nothing (more); 503: no responders
+            done.set_result(headers)
+
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=collect)
+    try:
+        await nc.publish(subject, request, reply=inbox)
+        return found, await asyncio.wait_for(done, READ_TIMEOUT)
+    except TimeoutError:
+        raise BrokerUnavailable(f"Reading {what} timed out.") from None
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()

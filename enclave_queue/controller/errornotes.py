@@ -1,0 +1,101 @@
+"""The error notes' stream: created, and each queue's notes bounded to its newest.
+
+Apps report errors by publishing a note to ``enclave.errors.<message id>`` in their own account
+(the SDK's ``nack(error=)``); the broker stores it in the control account's ``ENCLAVE_ERRORS``
+stream even while the control process is down (reading and writing one: state/notes.py). The
+dead-letter mover puts a message's note on its dead letter (mover.py), the desk answers an app's
+question about its messages' notes (desk/endpoint.py), and an export shows them
+(queues/contents.py). A queue keeps its newest ERRORS_PER_QUEUE: one app's failures cannot push
+out another queue's notes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import api
+
+from ..broker.config import CONTROL_STREAM_BYTES
+from ..broker.connection import BrokerConnection, ensure_stream
+from ..errors import EnclaveError
+from ..names import ERRORS_STREAM, errors_subject
+from ..retry import retry_unavailable
+from ..state.notes import drop_note
+
+log = logging.getLogger("enclave.deadletters")
+
+KEEP_SECONDS = 14 * 24 * 3600.0  #: error notes live as long as the longest retention
+#: error notes a queue keeps (its newest; one a message). Past it by ERRORS_SLACK, the oldest go in
+#: one purge
+ERRORS_PER_QUEUE = 1000
+ERRORS_SLACK = 100
+ERROR_NOTE_BYTES = 2048  #: bytes one stored note may take (a note is cut to 1 KiB: envelope.one_line)
+
+
+class ErrorNotes:
+    """The error notes' stream, in the control process: created, bounded, a deleted queue's forgotten."""
+
+    def __init__(self, conn: BrokerConnection) -> None:
+        self.conn = conn
+        self._sub: Any = None
+        self._noted: dict[str, int] = {}  #: queue id -> error notes stored since its last trim (an upper bound)
+        self._trimming: set[str] = set()
+        self._trims: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        # one note a message (a newer one replaces it); when the stream is full new notes are
+        # refused rather than other queues' notes pushed out, and each queue keeps its newest
+        # ERRORS_PER_QUEUE (``_trim_notes``)
+        js = self.conn.js
+        await ensure_stream(js, api.StreamConfig(
+            name=ERRORS_STREAM, subjects=[errors_subject("*", "*")], retention=api.RetentionPolicy.LIMITS,
+            storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=CONTROL_STREAM_BYTES[ERRORS_STREAM],
+            max_msgs_per_subject=1, max_msg_size=ERROR_NOTE_BYTES, discard=api.DiscardPolicy.NEW, allow_direct=True,
+            num_replicas=1,
+        ))
+        # every stored note, the old ones first (headers only: just counted)
+        self._sub = await retry_unavailable(lambda: js.subscribe(
+            errors_subject("*"), ordered_consumer=True, headers_only=True, cb=self._on_error_note))
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+        for task in self._trims:
+            task.cancel()
+        for task in list(self._trims):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def forget(self, queue_id: str) -> None:
+        """A queue was deleted: drop its error notes."""
+        self._noted.pop(queue_id, None)
+        await drop_note(self.conn.js, queue_id)
+
+    # -- bounding each queue's notes ------------------------------------------------------------
+
+    async def _on_error_note(self, note: Msg) -> None:
+        """An error note is stored in ERRORS_STREAM (read here headers only, to count it): past
+        ERRORS_PER_QUEUE and some slack, trim the queue's notes to its newest."""
+        queue_id = note.subject.split(".")[1]
+        count = self._noted[queue_id] = self._noted.get(queue_id, 0) + 1
+        if count > ERRORS_PER_QUEUE + ERRORS_SLACK and queue_id not in self._trimming:
+            self._trimming.add(queue_id)
+            task = asyncio.create_task(self._trim_notes(queue_id))
+            self._trims.add(task)
+            task.add_done_callback(self._trims.discard)
+
+    async def _trim_notes(self, queue_id: str) -> None:
+        try:
+            await retry_unavailable(lambda: self.conn.js.purge_stream(
+                ERRORS_STREAM, subject=errors_subject(queue_id), keep=ERRORS_PER_QUEUE))
+            self._noted[queue_id] = ERRORS_PER_QUEUE
+        except (nats.errors.Error, nats.js.errors.Error, EnclaveError) as exc:
+            log.warning("error notes of queue %s not trimmed: %s", queue_id, exc)
+        finally:
+            self._trimming.discard(queue_id)

@@ -1,0 +1,158 @@
+"""A redrive: many dead letters moved back as a task whose progress the CLI (and the console)
+follows, at most ``max`` of them, at most ``rate`` a second, only those whose last error holds
+``filter_error``, or none at all (``dry_run``: counted as if moved).
+
+The letters are read in batches, and each batch's chosen letters are moved CHUNK at a time: their
+publishes pipelined (stored in order, deduplicated: letters.py), then their deletes. Letters that
+arrive after the redrive started wait for the next one. A stop takes effect after the chunk being
+moved, so the counts are exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Optional
+
+import nats.errors
+
+from ..broker.connection import delete_message
+from ..envelope import SOURCE_QUEUE
+from ..errors import EnclaveError
+from ..names import stream_name
+from ..retry import retry_unavailable
+from ..spec import subject_for
+from ..state.records import QueueRecord
+from .letters import READ_BATCH, Letter, Letters
+
+log = logging.getLogger("enclave.redrive")
+
+CHUNK = 64  #: letters moved at once (publishes pipelined, then deletes)
+
+
+class _Stopped(Exception):
+    """A redrive asked to stop."""
+
+
+@dataclass
+class RedriveTask:
+    id: str
+    project: str
+    queue: str
+    to: Optional[str]
+    max: Optional[int]
+    rate: Optional[float]
+    filter_error: Optional[str]
+    dry_run: bool
+    total: int = 0  #: letters this redrive expects to move (an estimate without a filter)
+    moved: int = 0  #: moved (or, in a dry run, that would move)
+    failed: int = 0
+    scanned: int = 0
+    state: str = "running"  #: running, done, failed, cancelled
+    errors: list[str] = field(default_factory=list)
+    started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    finished_at: Optional[str] = None
+    runner: Optional[asyncio.Task[None]] = field(default=None, repr=False)
+    stop_requested: bool = field(default=False, repr=False)  #: stop after the letter being moved
+    last_sequence: int = field(default=0, repr=False)  #: the newest letter when the redrive started
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "project": self.project, "queue": self.queue, "to": self.to, "max": self.max,
+            "rate": self.rate, "filter_error": self.filter_error, "dry_run": self.dry_run, "state": self.state,
+            "total": self.total, "moved": self.moved, "failed": self.failed,
+            "remaining": max(self.total - self.moved - self.failed, 0) if self.state == "running" else 0,
+            "errors": self.errors[:10], "started_at": self.started_at, "finished_at": self.finished_at,
+        }
+
+    def failed_letter(self, letter: Letter, exc: BaseException) -> None:
+        """Count a letter that could not be moved, and say why (the first ten)."""
+        self.failed += 1
+        if len(self.errors) < 10:
+            self.errors.append(f"message {letter.sequence}: {exc}")
+
+
+async def run_redrive(task: RedriveTask, record: QueueRecord, letters: Letters) -> None:
+    """Move ``task``'s letters of ``record``'s queue; its state says how it ended."""
+    started = time.monotonic()
+    destinations: dict[str, QueueRecord] = {}
+    chunk_size = CHUNK if not task.rate else max(1, min(CHUNK, int(task.rate / 10)))
+    after = 0
+    contiguous = True  #: every letter so far was moved: a chunk can be removed with one purge
+    try:
+        while task.max is None or task.moved < task.max:
+            batch = await letters.read(record, after, READ_BATCH)
+            if not batch or batch[0].sequence > task.last_sequence:
+                break
+            chosen: list[Letter] = []
+            for letter in batch:
+                if letter.sequence > task.last_sequence:
+                    break
+                after = letter.sequence
+                task.scanned += 1
+                if task.filter_error and task.filter_error.lower() not in letter.last_error.lower():
+                    contiguous = False
+                    continue
+                if task.max is not None and task.moved + len(chosen) >= task.max:
+                    break
+                chosen.append(letter)
+            for i in range(0, len(chosen), chunk_size):
+                if task.stop_requested:
+                    raise _Stopped
+                failed = task.failed
+                await _move_chunk(task, record, letters, chosen[i:i + chunk_size], destinations, contiguous)
+                contiguous = contiguous and task.failed == failed
+                if task.rate and not task.dry_run:
+                    ahead = task.moved / task.rate - (time.monotonic() - started)
+                    while ahead > 0 and not task.stop_requested:
+                        await asyncio.sleep(min(ahead, 0.05))
+                        ahead = task.moved / task.rate - (time.monotonic() - started)
+            if task.max is not None and task.moved >= task.max:
+                break
+        if task.filter_error or task.max is None:
+            task.total = task.moved + task.failed  # now known exactly
+        task.state = "done"
+    except _Stopped:
+        task.state = "cancelled"
+    except Exception as exc:
+        task.state = "failed"
+        task.errors.append(str(exc) or type(exc).__name__)
+        log.warning("redrive %s of %s failed: %s", task.id, record.key, exc)
+    finally:
+        task.finished_at = datetime.now(UTC).isoformat()
+
+
+async def _move_chunk(task: RedriveTask, record: QueueRecord, letters: Letters, chunk: list[Letter],
+                      destinations: dict[str, QueueRecord], contiguous: bool) -> None:
+    """Move ``chunk``. ``contiguous``: every letter before them was moved too, so if all of these
+    go, one purge below the last removes them (deletes one by one cost a write each)."""
+    ready: list[tuple[Letter, QueueRecord]] = []
+    for letter in chunk:
+        key = task.to or letter.headers.get(SOURCE_QUEUE) or ""
+        try:
+            if key not in destinations:
+                destinations[key] = await letters.destination(record, letter, task.to)
+            ready.append((letter, destinations[key]))
+        except (EnclaveError, nats.errors.Error) as exc:
+            task.failed_letter(letter, exc)
+    if task.dry_run:
+        task.moved += len(ready)
+        return
+    published = await asyncio.gather(*(letters.publish_back(record, letter, dest) for letter, dest in ready),
+                                     return_exceptions=True)
+    js = letters.conn.queue_js(record.id)
+    stream = stream_name(record.id)
+    for (letter, _), outcome in zip(ready, published, strict=True):
+        if isinstance(outcome, BaseException):
+            task.failed_letter(letter, outcome)
+    moved = [letter for (letter, _), outcome in zip(ready, published, strict=True)
+             if not isinstance(outcome, BaseException)]
+    subject = subject_for(record.spec.project, record.spec.name)
+    if contiguous and len(moved) == len(chunk) and moved:
+        await retry_unavailable(lambda: js.purge_stream(stream, subject=subject, seq=moved[-1].sequence + 1))
+    else:
+        await asyncio.gather(*(delete_message(js, stream, letter.sequence) for letter in moved))
+    task.moved += len(moved)

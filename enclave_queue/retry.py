@@ -1,0 +1,39 @@
+"""Riding out a broker that answers "no responders" for a moment: ``retry_unavailable``.
+
+During every configuration reload, nats-server 2.15 answers JetStream API requests (stream and
+consumer info, creates, KV watches) in *every* account with "no responders" for a moment
+(measured: about 3 % of API requests made during back-to-back reloads; publishes, pulls and
+acks were not affected). Every layer that talks to the broker (the state store, broker/, the
+queues, the controller) retries such a request here for a few seconds before it gives up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import nats.errors
+import nats.js.errors
+
+T = TypeVar("T")
+
+RETRY_WINDOW = 3.0  #: seconds to keep retrying a request that found no responders
+
+#: what a request into an account that is being reloaded looks like
+UNAVAILABLE = (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)
+
+
+async def retry_unavailable(call: Callable[[], Awaitable[T]], window: float = RETRY_WINDOW) -> T:
+    """``await call()``, again and again for up to ``window`` seconds while nobody answers."""
+    deadline = time.monotonic() + window
+    delay = 0.01
+    while True:
+        try:
+            return await call()
+        except UNAVAILABLE:
+            if time.monotonic() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
