@@ -193,6 +193,17 @@ def credentials(
         show_object(creds, as_json=json)
 
 
+@app.command("rotate-password")
+def rotate_password(
+    name: Name, project: Project = None, json: Json = False,
+    grace: Annotated[int, typer.Option("--grace", metavar="SECONDS", min=0, max=7 * 86400, help="How long the current password keeps logging in (0–604800; 0 ends its connections at once).")] = 3600,
+) -> None:
+    """Give the queue a new password; print the new credentials."""
+    with api() as client:
+        creds = client.rotate_password(project_of(project), name, grace)
+    show_object(creds, as_json=json)
+
+
 @app.command()
 def send(
     name: Name,

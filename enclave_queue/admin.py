@@ -178,6 +178,11 @@ class AdminClient:
     def credentials(self, project: str, name: str) -> dict[str, str]:
         return self.request("GET", self._queue(project, name, "credentials"))
 
+    def rotate_password(self, project: str, name: str, grace_seconds: Optional[int] = None) -> dict[str, Any]:
+        """A new password for the queue; the old one logs in for ``grace_seconds`` more (server default 3600)."""
+        body = {} if grace_seconds is None else {"grace_seconds": grace_seconds}
+        return self.request("POST", self._queue(project, name, "rotate-password"), json=body)
+
     def read_secret(self, project: str, secret: str) -> dict[str, str]:
         return self.request("GET", url_path("v1", "projects", ("project", project), "secrets",
                                             ("secret name", secret)))

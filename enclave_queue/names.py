@@ -65,39 +65,12 @@ def inbox_prefix(queue_id: str) -> str:
 REFUSED_ROOT = "refused"
 
 
-def jsapi_prefix(queue_id: str) -> str:
-    """The control account's name for a queue account's ``$JS.API``."""
-    return f"jsapi.{queue_id}"
-
-
-def queue_api(queue_id: str, verb: str) -> str:
-    """The control account's subject of one JetStream API request to a queue account (``verb``:
-    ``STREAM.INFO.<stream>``, ``DIRECT.GET.<stream>``, …)."""
-    return f"{jsapi_prefix(queue_id)}.{verb}"
-
-
-def send_subject(queue_id: str, subject: str) -> str:
-    """The control account's name for a queue subject (``queue.p.n`` -> ``send.<id>.p.n``)."""
-    return f"send.{queue_id}.{subject.removeprefix(SUBJECT_ROOT + '.')}"
-
-
 def advisory_subject(queue_id: str, kind: str) -> str:
-    """Where a queue's consumer advisories of ``kind`` (``MSG_NAKED``, or ``*``) land in the control
-    account, from any of its consumers (the last token)."""
-    return f"adv.{queue_id}.{kind}.*"
-
-
-#: every advisory about a queue's consumers (``$JS.EVENT.ADVISORY.CONSUMER.<KIND>.<stream>.<consumer>``:
-#: ``worker`` and its priority lanes) is exported to the control plane in one entry and arrives
-#: there as ``adv.<id>.<KIND>.<consumer>``: the
-#: dead-letter mover's stream keeps MAX_DELIVERIES, the nak counter listens to MSG_NAKED. One
-#: wildcard entry instead of one per kind keeps the configuration (and each reload) small; the
-#: broker only emits an advisory that someone listens to, so unheard kinds cost nothing
-ADVISORY_KINDS = "*"
-
-
-def consumer_advisories(stream: str, kind: str = ADVISORY_KINDS) -> str:
-    return f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{stream}.*"  # the queue's consumer and its priority lanes
+    """Where a queue's consumer advisories of ``kind`` (``MAX_DELIVERIES``, ``MSG_NAKED``, or ``*``)
+    land in the control account: the queue account maps ``$JS.EVENT.ADVISORY.CONSUMER.>`` onto
+    ``adv.<id>.>`` (broker/claims.py), so they arrive as ``adv.<id>.<KIND>.<stream>.<consumer>``.
+    The broker only emits an advisory that someone listens to, so unheard kinds cost nothing."""
+    return f"adv.{queue_id}.{kind}.*.*"
 
 
 def errors_subject(queue_id: str, sequence: int | str = "*") -> str:

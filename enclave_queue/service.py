@@ -17,7 +17,7 @@ from .auth.secrets import MasterKey
 from .broker.connection import BrokerConnection
 from .broker.depth import Depth, read_depth, read_depths
 from .controller.accounts import Accounts
-from .errors import Conflict, NotFound, field_error
+from .errors import Conflict, NotFound, field_error, out_of_range
 from .names import CONSUMER, inbox_prefix, stream_name, username
 from .queues.contents import Contents
 from .queues.deadletters import DeadLetterOps
@@ -26,7 +26,18 @@ from .queues.lookup import Lookup, not_ready, queue_missing
 from .queues.messages import Messages
 from .queues.samples import check_hours, history
 from .retry import UNAVAILABLE
-from .spec import Queue, QueuePatch, QueueSpec, password_secret_name, queue_key, subject_for
+from .spec import (
+    DEFAULT_GRACE,
+    GRACE_RULE,
+    MAX_GRACE,
+    Queue,
+    QueuePatch,
+    QueueSpec,
+    given,
+    password_secret_name,
+    queue_key,
+    subject_for,
+)
 from .state.kv import Store
 from .state.queries import dead_letter_users, declared, depth_reads
 from .state.records import QueueRecord, QueueStatus
@@ -267,6 +278,18 @@ class QueueService:
             "stream": stream_name(record.id),
             "consumer": CONSUMER,
         }
+
+    async def rotate_password(self, project: str, name: str, grace_seconds: Any = DEFAULT_GRACE) -> dict[str, Any]:
+        """A new password for the queue's apps; the current one keeps logging in for
+        ``grace_seconds`` (0: refused at once and its connections closed). The new credentials,
+        with the version and until when the previous password logs in."""
+        if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int) or not 0 <= grace_seconds <= MAX_GRACE:
+            raise out_of_range("grace_seconds", GRACE_RULE, given(grace_seconds))
+        record = await self.lookup.live(project, name)
+        account = await self.accounts.rotate(record.id, grace_seconds)
+        until = account.previous_until.isoformat(timespec="seconds") if account.previous_until else None
+        return {**await self.credentials(project, name), "password_version": account.password_version,
+                "previous_password_valid_until": until}
 
     async def read_secret(self, project: str, secret: str) -> dict[str, str]:
         """A managed secret's value (today: a queue's password, ``<queue>-password``)."""

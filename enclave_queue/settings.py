@@ -68,6 +68,21 @@ def _file_store(env: Mapping[str, str]) -> int:
     return size
 
 
+#: bytes of memory the broker is held to by default (its Go runtime's GOMEMLIMIT)
+DEFAULT_BROKER_MEMORY = 512 << 20
+MIN_BROKER_MEMORY = 64 << 20
+
+
+def _broker_memory(env: Mapping[str, str]) -> int:
+    raw = env.get("ENCLAVE_BROKER_MEMORY")
+    if not raw:
+        return DEFAULT_BROKER_MEMORY
+    size = parse_size("ENCLAVE_BROKER_MEMORY", raw)
+    if size < MIN_BROKER_MEMORY:
+        raise SpecError(f"ENCLAVE_BROKER_MEMORY must be at least {MIN_BROKER_MEMORY >> 20}MiB (got {raw!r}).")
+    return size
+
+
 def default_home(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     return Path(env.get("ENCLAVE_HOME") or Path.home() / ".enclave").expanduser()
@@ -119,7 +134,6 @@ class EnclaveSettings:
     internal_broker_url: str = DEFAULT_INTERNAL_BROKER_URL
     master_key: str | None = field(default=None, repr=False)
     resync_seconds: float = 30.0  #: seconds between full reconciles (jittered ±20%)
-    account_pool: int = 4  #: ready-made broker accounts kept spare so a create needs no reload
     sweep_seconds: float = 15.0  #: seconds between dead-letter sweeps (for messages whose advisory never came)
     sample_seconds: float = 60.0  #: seconds between depth samples of every queue
     metrics_token: str | None = field(default=None, repr=False)  #: a bearer token good for /metrics only
@@ -128,6 +142,8 @@ class EnclaveSettings:
     #: every queue's max_bytes must fit (a create that does not is refused with StorageFull);
     #: 0 = STORE_SHARE of the data dir's filesystem (``file_store``)
     max_file_store: int = 0
+    #: bytes of memory the broker aims to stay under (GOMEMLIMIT; its memory store gets a quarter)
+    broker_memory: int = DEFAULT_BROKER_MEMORY
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> EnclaveSettings:
@@ -145,12 +161,12 @@ class EnclaveSettings:
             internal_broker_url=env.get("ENCLAVE_INTERNAL_BROKER_URL") or DEFAULT_INTERNAL_BROKER_URL,
             master_key=env.get("ENCLAVE_MASTER_KEY") or None,
             resync_seconds=_float(env, "ENCLAVE_RESYNC_SECONDS", 30.0, 0.2, 86400.0),
-            account_pool=_int(env, "ENCLAVE_ACCOUNT_POOL", 4, 0, 1000),
             sweep_seconds=_float(env, "ENCLAVE_SWEEP_SECONDS", 15.0, 0.2, 86400.0),
             sample_seconds=_float(env, "ENCLAVE_SAMPLE_SECONDS", 60.0, 0.2, 86400.0),
             metrics_token=_metrics_token(env),
             log_level=(env.get("ENCLAVE_LOG_LEVEL") or "info").lower(),
             max_file_store=_file_store(env),
+            broker_memory=_broker_memory(env),
         )
         return replace(settings, **overrides) if overrides else settings  # type: ignore[arg-type]
 

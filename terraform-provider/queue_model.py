@@ -1,5 +1,6 @@
 """The ``enclave_queue`` resource's pure layer: its attributes, plan-time validation, defaults and
-plan, and the mapping between OpenTofu state and the HTTP API's queue object.
+plan, the password's rotation (``password_version``), and the mapping between OpenTofu state and
+the HTTP API's queue object.
 
 No I/O and no gRPC: queue_resource.py is the glue that calls the API with what this module
 computes, and tests/provider/test_queue_model.py exercises it alone. Values are what ``tf``
@@ -21,9 +22,12 @@ from tf.types import Unknown
 
 from enclave_queue.spec import (
     BACKOFF_RULE,
+    DEFAULT_GRACE,
+    GRACE_RULE,
     LIMIT_RULE,
     LIMITS,
     MAX_BACKOFF_STEPS,
+    MAX_GRACE,
     MUTABLE,
     NAME_RULE,
     PRIORITIES_RULE,
@@ -50,7 +54,16 @@ STABLE_OUTPUTS = ("id", "password_secret", "subject", "username")
 #: broker port changes them), so any apply may return new values
 SERVER_OUTPUTS = ("broker_url", "internal_broker_url")
 OUTPUTS = tuple(sorted(STABLE_OUTPUTS + SERVER_OUTPUTS))
-ATTRIBUTES = ARGUMENTS + OUTPUTS
+ATTRIBUTES = ARGUMENTS + OUTPUTS  #: what the API's queue object holds (and the enclave_queue data source)
+
+#: the rotation's arguments and their defaults, kept in the state only (the API's queue object has
+#: neither): the password's version as the configuration counts it, whose rise rotates the
+#: password, and the seconds a rotation lets the old password keep logging in
+ROTATION = {"password_version": 1, "password_grace_seconds": DEFAULT_GRACE}
+MAX_VERSION = 2**53 - 1  #: the largest password_version: a whole number any cty number holds exactly
+VERSION_RULE = f"a whole number from 1 to {MAX_VERSION}"
+PASSWORD = "password"  #: the app user's password, a sensitive output: new after each rotation
+RESOURCE_ATTRIBUTES = ATTRIBUTES + tuple(ROTATION) + (PASSWORD,)
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,12 @@ def validate(config: Mapping[str, Any]) -> list[Problem]:
                 f"dedupe_window_seconds ({window}) must not exceed retention_hours ({hours} h = {hours * 3600} s): "
                 "a key cannot outlive the messages it guards.")
 
+    for field, low, high, text in (("password_version", 1, MAX_VERSION, VERSION_RULE),
+                                   ("password_grace_seconds", 0, MAX_GRACE, GRACE_RULE)):
+        value = config.get(field)
+        if known(value) and not _in_range(value, low, high):
+            bad((field,), f"{field} must be {text} (got {_show(value)}).")
+
     backoff = config.get("retry_backoff_seconds")
     if known(backoff):
         if not 1 <= len(backoff) <= MAX_BACKOFF_STEPS:
@@ -164,11 +183,13 @@ def plan(prior: Optional[Mapping[str, Any]], config: Mapping[str, Any], proposed
     state); ``project`` is the provider's project. A setting left out of the configuration is
     planned at its default, on create and on update alike (so removing a line restores the
     default instead of keeping the last value). Outputs are unknown on create; on an in-place
-    update the stable outputs keep their values and the server's are planned unknown; a plan
-    with no change is the prior state exactly.
+    update the stable outputs keep their values and the server's are planned unknown; a raised
+    ``password_version`` plans the password unknown (``rotates``); a plan that changes no
+    setting and rotates nothing (a new ``password_grace_seconds`` alone, say) keeps every
+    output, and a plan with no change is the prior state exactly.
     """
     planned = dict(proposed)
-    defaults = {**{field: default for field, (_, default, _) in LIMITS.items()}, **FLAGS}
+    defaults = {**{field: default for field, (_, default, _) in LIMITS.items()}, **FLAGS, **ROTATION}
     for field, default in defaults.items():
         if config.get(field) is None:
             planned[field] = default
@@ -177,25 +198,43 @@ def plan(prior: Optional[Mapping[str, Any]], config: Mapping[str, Any], proposed
     if config.get("project") is None:
         planned["project"] = project
     if prior is None:
-        planned.update(dict.fromkeys(OUTPUTS, Unknown))
+        planned.update(dict.fromkeys((*OUTPUTS, PASSWORD), Unknown))
         return planned, []
 
     replace = [field for field in REPLACES if _differs(planned.get(field), prior.get(field))]
     changed = [field for field in MUTABLE if _differs(planned.get(field), prior.get(field))]
+    rotate = rotates(prior, planned)
     if replace:
-        planned.update(dict.fromkeys(OUTPUTS, Unknown))
-    elif changed:
+        planned.update(dict.fromkeys((*OUTPUTS, PASSWORD), Unknown))
+    elif changed or rotate:
         planned.update({k: prior.get(k) for k in STABLE_OUTPUTS})
         planned.update(dict.fromkeys(SERVER_OUTPUTS, Unknown))
+        planned[PASSWORD] = Unknown if rotate else prior.get(PASSWORD)
     else:
-        planned.update({k: prior.get(k) for k in OUTPUTS})
+        planned.update({k: prior.get(k) for k in (*OUTPUTS, PASSWORD)})
     return planned, replace
 
 
+def _version(state: Mapping[str, Any]) -> int:
+    """A state's password_version (1 for a state from before there was one)."""
+    return whole(state.get("password_version")) or 1
+
+
+def rotates(prior: Mapping[str, Any], planned: Mapping[str, Any]) -> bool:
+    """Whether applying ``planned`` over ``prior`` (the same queue) rotates the password: its
+    password_version is higher than the prior one, or not known yet (then the apply decides)."""
+    version = planned.get("password_version")
+    if version is Unknown:
+        return True
+    number = whole(version)
+    return number is not None and number > _version(prior)
+
+
 def refused_changes(prior: Optional[Mapping[str, Any]], planned: Mapping[str, Any]) -> list[Problem]:
-    """The in-place changes the API would refuse, each as a Problem naming its attribute:
-    priorities turned off, and a message limit set on a queue without one (a plan that replaces
-    the queue may do either)."""
+    """The in-place changes the API would refuse, or that cannot be done, each as a Problem naming
+    its attribute: priorities turned off, a message limit set on a queue without one, and a
+    lowered password_version (a rotation cannot be undone). A plan that replaces the queue may do
+    any of them."""
     if prior is None or any(_differs(planned.get(field), prior.get(field)) for field in REPLACES):
         return []
     problems = []
@@ -208,6 +247,12 @@ def refused_changes(prior: Optional[Mapping[str, Any]], planned: Mapping[str, An
         problems.append(Problem(("max_messages",), "Invalid max_messages",
                                 f"max_messages cannot be set on queue '{prior.get('name')}', which has no limit: "
                                 f"{LIMIT_RULE}. Keep max_messages = 0, or replace the queue."))
+    version, was = planned.get("password_version"), _version(prior)
+    if known(version) and _in_range(version, 1, MAX_VERSION) and (whole(version) or 0) < was:
+        problems.append(Problem(("password_version",), "Invalid password_version",
+                                f"password_version cannot be lowered on queue '{prior.get('name')}' (from {was} to "
+                                f"{_show(version)}): raising it rotated the password, which cannot be undone. Keep "
+                                f"password_version = {was}, or raise it to rotate the password again."))
     return problems
 
 
@@ -249,10 +294,24 @@ def state_from_api(queue: Mapping[str, Any]) -> dict[str, Any]:
     return state
 
 
+def rotation_of(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The rotation's arguments as ``values`` (a plan or a state) has them, defaults for those it
+    lacks or has null (a state from before they existed, an import)."""
+    return {field: default if values.get(field) is None else values[field] for field, default in ROTATION.items()}
+
+
+def resource_state(queue: Mapping[str, Any], password: Optional[str], rotation: Mapping[str, Any]) -> dict[str, Any]:
+    """The resource's state: the queue object from the API, the app user's current password, and
+    the rotation's arguments taken from ``rotation`` (the plan applied, or the state refreshed:
+    the API keeps no password_version of the configuration's)."""
+    return {**state_from_api(queue), PASSWORD: password, **rotation_of(rotation)}
+
+
 def conform(old: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored state with exactly this schema's attributes (missing ones null, others dropped):
-    OpenTofu refuses an object with more or fewer attributes than its schema."""
-    return {field: old.get(field) for field in ATTRIBUTES}
+    """A stored state with exactly this schema's attributes (missing ones null, or the rotation's
+    defaults; others dropped): OpenTofu refuses an object with more or fewer attributes than its
+    schema. A missing password stays null until the refresh that follows reads it."""
+    return {**{field: old.get(field) for field in RESOURCE_ATTRIBUTES}, **rotation_of(old)}
 
 
 def parse_import_id(import_id: str, default_project: str) -> tuple[str, str]:

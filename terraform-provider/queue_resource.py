@@ -2,12 +2,16 @@
 
 Validation, defaults, the plan and the state ↔ API mapping are queue_model.py's; this class
 calls the API with them, waits like ``enclave queue create --wait`` (apply returns once the
-queue is Ready, or fails with the status message), and turns every API error into a diagnostic
-(``Unable to create queue 'emails': …``), never an exception.
+queue is Ready, or fails with the status message), rotates the password when the plan raises
+``password_version`` (``rotate-password`` with ``password_grace_seconds``), and turns every API
+error into a diagnostic (``Unable to create queue 'emails': …``), never an exception. The
+password in the state is the one the API gives out now: read after a create, an import and
+every refresh, and the rotation's answer after a rotation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Optional
 
 from tf.iface import (
@@ -26,7 +30,7 @@ from tf.utils import Diagnostics
 
 from enclave_queue.admin import AdminClient
 from enclave_queue.errors import EnclaveError, NotFound
-from enclave_queue.spec import BACKOFF_RULE, LIMITS, MAX_PRIORITY, MIN_PRIORITY, NAME_RULE
+from enclave_queue.spec import BACKOFF_RULE, DEFAULT_GRACE, LIMITS, MAX_GRACE, MAX_PRIORITY, MIN_PRIORITY, NAME_RULE
 
 from . import queue_model as model
 from .diagnostics import api_error, tf_path
@@ -74,9 +78,18 @@ SCHEMA = Schema(version=0, description="A queue of Enclave Queues: a JetStream s
               description=f"Messages may carry a priority ({MIN_PRIORITY}–{MAX_PRIORITY}, higher taken first); "
                           "default false. It can be turned on in place but never off again: a plan from true to "
                           "false is an error."),
+    Attribute("password_version", Number(), optional=True, computed=True,
+              description="The password's version, as this configuration counts it (default 1). Raising it "
+                          "rotates the password at the next apply; lowering it is an error. Import and refresh "
+                          "keep the state's value."),
+    Attribute("password_grace_seconds", Number(), optional=True, computed=True,
+              description=f"Seconds the old password keeps logging in after a rotation (0–{MAX_GRACE}, default "
+                          f"{DEFAULT_GRACE}); 0 refuses it at once and closes its connections."),
     Attribute("broker_url", String(), computed=True, description="Where apps on this machine reach the broker."),
     Attribute("id", String(), computed=True, description="The queue's stable random id."),
     Attribute("internal_broker_url", String(), computed=True, description="Where containers reach the broker."),
+    Attribute("password", String(), computed=True, sensitive=True,
+              description="The app user's password; a new one after each rotation (known after apply)."),
     Attribute("password_secret", String(), computed=True,
               description="Name of the secret holding the app user's password (read it with data.enclave_secret)."),
     Attribute("subject", String(), computed=True, description="The subject apps publish to."),
@@ -118,21 +131,32 @@ class QueueResource(Resource):
         except EnclaveError as exc:
             _report(ctx.diagnostics, "create", name, exc)
             return None
-        return self._settle(ctx.diagnostics, api, project, name, "create")
+        return self._settle(ctx.diagnostics, api, project, name, "create", planned,
+                            lambda: api.credentials(project, name)["password"])
 
     def read(self, ctx: ReadContext, current: dict[str, Any]) -> Optional[dict[str, Any]]:
         name, project = current["name"], self.session.project_of(current.get("project"))
         try:
-            return model.state_from_api(self.session.api().get_queue(project, name))
+            api = self.session.api()
+            queue = api.get_queue(project, name)
+            password = api.credentials(project, name)["password"]  # rotated outside OpenTofu: the new one
         except NotFound:
             return None  # deleted outside OpenTofu: gone from state, the next plan creates it again
         except EnclaveError as exc:
             _report(ctx.diagnostics, "read", name, exc)
             return current
+        return model.resource_state(queue, password, current)  # the state's password_version, as it is
 
     def update(self, ctx: UpdateContext, current: dict[str, Any], planned: dict[str, Any]) -> Optional[dict[str, Any]]:
         name, project = current["name"], self.session.project_of(current.get("project"))
-        changes = model.patch_body(current, planned)
+        refused = model.refused_changes(current, planned)  # again: a version unknown at plan time is known now
+        for problem in refused:
+            ctx.diagnostics.add_error(problem.summary, problem.detail, path=tf_path(problem.path))
+        if refused:
+            return current
+        changes, rotate = model.patch_body(current, planned), model.rotates(current, planned)
+        if not changes and not rotate:  # the grace alone changed, or an unknown version stayed the same
+            return {**current, **model.rotation_of(planned)}
         try:
             api = self.session.api()
             if changes:
@@ -140,7 +164,15 @@ class QueueResource(Resource):
         except EnclaveError as exc:
             _report(ctx.diagnostics, "update", name, exc)
             return current
-        return self._settle(ctx.diagnostics, api, project, name, "update") or current
+        rotation, password = planned, current.get(model.PASSWORD)
+        if rotate:
+            grace = model.whole(model.rotation_of(planned)["password_grace_seconds"])
+            try:
+                password = api.rotate_password(project, name, grace)["password"]
+            except EnclaveError as exc:  # the settings changed, the password did not: a new apply rotates it
+                _report(ctx.diagnostics, "rotate the password of", name, exc)
+                rotation = {**planned, "password_version": current.get("password_version")}
+        return self._settle(ctx.diagnostics, api, project, name, "update", rotation, lambda: password) or current
 
     def delete(self, ctx: DeleteContext, current: dict[str, Any]) -> Optional[dict[str, Any]]:
         name, project = current["name"], self.session.project_of(current.get("project"))
@@ -162,30 +194,39 @@ class QueueResource(Resource):
             ctx.diagnostics.add_error(f"Unable to import queue {id!r}", str(exc))
             return None
         try:
-            return model.state_from_api(self.session.api().get_queue(project, name))
+            api = self.session.api()
+            queue = api.get_queue(project, name)
+            password = api.credentials(project, name)["password"]
         except EnclaveError as exc:
             _report(ctx.diagnostics, "import", name, exc)
             return None
+        return model.resource_state(queue, password, {})  # password_version starts at 1 (the default)
 
     def upgrade(self, ctx: UpgradeContext, version: int, old: dict[str, Any]) -> dict[str, Any]:
         return model.conform(old)
 
     # -- waiting like --wait ----------------------------------------------------------------------
 
-    def _settle(self, diags: Diagnostics, api: AdminClient, project: str, name: str,
-                action: str) -> Optional[dict[str, Any]]:
-        """Wait until the queue's latest spec is Ready and return its state. If it is Errored, or
-        the wait ends early (APPLY_TIMEOUT, StopProvider), return the queue as it is with an error:
-        OpenTofu keeps it in state (tainted after a create) so nothing is orphaned."""
+    def _settle(self, diags: Diagnostics, api: AdminClient, project: str, name: str, action: str,
+                rotation: dict[str, Any], password: Callable[[], Optional[str]]) -> Optional[dict[str, Any]]:
+        """Wait until the queue's latest spec is Ready and return its state, with ``password()``
+        and the rotation's arguments of ``rotation``. If it is Errored, or the wait ends early
+        (APPLY_TIMEOUT, StopProvider), return the queue as it is with an error: OpenTofu keeps it
+        in state (tainted after a create) so nothing is orphaned."""
         try:
-            return model.state_from_api(api.wait_ready(project, name, APPLY_TIMEOUT, step=POLL_STEP,
-                                                       stop=self.session.stopping.is_set))
+            queue = api.wait_ready(project, name, APPLY_TIMEOUT, step=POLL_STEP, stop=self.session.stopping.is_set)
         except EnclaveError as exc:
             _report(diags, action, name, exc)
+            try:
+                queue = api.get_queue(project, name)
+            except EnclaveError:
+                return None
         try:
-            return model.state_from_api(api.get_queue(project, name))
-        except EnclaveError:
-            return None
+            secret = password()
+        except EnclaveError as exc:
+            _report(diags, action, name, exc)
+            secret = None
+        return model.resource_state(queue, secret, rotation)
 
 
 def _report(diags: Diagnostics, action: str, name: Any, exc: EnclaveError) -> None:

@@ -4,28 +4,59 @@ controller's back) and raw nats-py clients that record the errors the server sen
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import nats
 from nats.aio.client import Client
 
+from enclave_queue.auth.keys import OperatorKeys
 from enclave_queue.auth.secrets import MasterKey
 from enclave_queue.testing import EnclaveStack
 
 
 @asynccontextmanager
-async def control_connection(stack: EnclaveStack) -> AsyncIterator[Client]:
-    """The control plane's own broker user in the control account (from the stack's master key):
-    what an operator with shell access could do, to break things on purpose."""
-    key = MasterKey.load_or_create(stack.home)
-    nc = await nats.connect(stack.broker_url, nkeys_seed_str=key.nkey("control").seed)
+async def _minted(stack: EnclaveStack, account: Any, user: Any) -> AsyncIterator[Client]:
+    """A connection as ``user`` of ``account``, its JWT minted from the stack's derived keys; closed
+    after the block (and at once when the broker refuses it)."""
+    from enclave_queue.auth import jwt
+    from enclave_queue.broker.claims import control_user
+
+    token = jwt.encode(control_user(jwt.public_key(user), "test"), account).encode()
+    nc = nats.NATS()
     try:
+        await nc.connect(stack.broker_url, user_jwt_cb=lambda: token, allow_reconnect=False, connect_timeout=2,
+                         signature_cb=lambda nonce: base64.b64encode(user.sign(nonce.encode())))
         yield nc
     finally:
-        await nc.close()
+        await nc.close()  # a refused connect leaves its socket and tasks behind otherwise
+
+
+def _keys(stack: EnclaveStack) -> OperatorKeys:
+    return OperatorKeys(MasterKey.load_or_create(stack.home))
+
+
+def control_connection(stack: EnclaveStack) -> AbstractAsyncContextManager[Client]:
+    """The control plane's own broker user in the control account: what an operator with shell
+    access could do, to break things on purpose."""
+    keys = _keys(stack)
+    return _minted(stack, keys.platform_account("control"), keys.platform_user("control"))
+
+
+def queue_account_connection(stack: EnclaveStack, queue_id: str) -> AbstractAsyncContextManager[Client]:
+    """The control plane's own user in a queue's account, with every right there: to change a
+    queue's stream or consumer behind the controller's back."""
+    keys = _keys(stack)
+    return _minted(stack, keys.queue_account(queue_id), keys.queue_control_user(queue_id))
+
+
+def system_connection(stack: EnclaveStack) -> AbstractAsyncContextManager[Client]:
+    """The control plane's user in the system account."""
+    keys = _keys(stack)
+    return _minted(stack, keys.platform_account("system"), keys.platform_user("system"))
 
 
 class RawClient:
@@ -96,7 +127,33 @@ async def stream_config(stack: EnclaveStack, queue_id: str) -> Any:
     from enclave_queue.names import stream_name
     from enclave_queue.retry import retry_unavailable
 
-    async with control_connection(stack) as nc:
-        js = nc.jetstream(prefix=f"jsapi.{queue_id}")
+    async with queue_account_connection(stack, queue_id) as nc:
+        js = nc.jetstream()
         info = await retry_unavailable(lambda: js.stream_info(stream_name(queue_id)))
         return info.config
+
+
+def account_key(stack: EnclaveStack, queue_id: str) -> str:
+    """The public key that names a queue's account on the broker."""
+    keys = _keys(stack)
+    return keys.public(keys.queue_account(queue_id))
+
+
+def account_on_broker(stack: EnclaveStack, queue_id: str) -> bool:
+    """Whether the broker's account resolver holds the queue's account (its JWT file)."""
+    return (stack.home / "broker" / "accounts" / f"{account_key(stack, queue_id)}.jwt").exists()
+
+
+def account_store(stack: EnclaveStack, queue_id: str) -> Any:
+    """The queue account's directory in the broker's JetStream store."""
+    return stack.home / "broker" / "jetstream" / account_key(stack, queue_id)
+
+
+async def account_refuses_logins(stack: EnclaveStack, queue_id: str) -> bool:
+    """Whether the broker refuses even the control plane's own user of the queue's account (it is gone)."""
+    try:
+        async with queue_account_connection(stack, queue_id):
+            return False
+    except nats.errors.Error as exc:
+        return "authorization violation" in str(exc).lower()
+

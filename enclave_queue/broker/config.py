@@ -1,49 +1,27 @@
-"""Render nats-server's configuration from the accounts that should exist (a pure function).
+"""nats-server's configuration: the operator-mode file and the sizes of the control state's
+streams (pure functions).
 
-Accounts: ``SYS`` (the system account; the control plane's reload requests), ``CONTROL``
-(the control plane's own account: its KV state, and one import of each queue account's
-JetStream API, queue subjects and ack subjects), and one account per queue, named by the
-queue's id, holding the queue's stream and its one app user.
-
-The output is JSON, which nats-server reads as configuration; ``sort_keys`` keeps it stable so
-an unchanged set of accounts renders to the same bytes.
+The file names the operator, the system account and the full account resolver (the directory
+where the broker keeps every account JWT pushed to it), and preloads the platform's three
+accounts (broker/claims.py); every queue account arrives later as a pushed JWT, so the file
+never changes while the broker runs and is never reloaded. ``default_sentinel`` sends every
+login without a JWT (a queue's username and password) to the AUTH account's auth callout
+(controller/callout.py). The file holds public keys and signed claims only, no seed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from ..auth.users import app_permissions
-from ..names import (
-    ADVISORY_KINDS,
-    ADVISORY_STREAM,
-    CONTROL_ACCOUNT,
-    DESK_SUBJECT,
-    ERRORS_STREAM,
-    ERRORS_SUBJECT,
-    NOTES_STREAM,
-    NOTES_SUBJECT,
-    REFUSED_ROOT,
-    REJECT_SUBJECT,
-    SAMPLES_STREAM,
-    SUBJECT_ROOT,
-    SYSTEM_ACCOUNT,
-    advisory_subject,
-    consumer_advisories,
-    desk_subject,
-    errors_subject,
-    jsapi_prefix,
-    notes_subject,
-    refused_subject,
-    reject_subject,
-    stream_name,
-    username,
-)
+from ..auth import jwt
+from ..auth.keys import OperatorKeys
+from ..names import ADVISORY_STREAM, ERRORS_STREAM, NOTES_STREAM, SAMPLES_STREAM
 from ..spec import LIMITS, default_max_bytes
+from .claims import auth_account, control_account, sentinel_user, system_account
 
 MAX_MEMORY_STORE = 512 * 1024 * 1024  #: bytes
 
@@ -112,32 +90,14 @@ class ControlStreamBytes(Mapping[str, int]):
 
 
 CONTROL_STREAM_BYTES = ControlStreamBytes()
-#: JetStream limits of a queue account besides its max_file: its one stream (no memory streams)
-#: and its consumers (the worker and the nine priority lanes)
-QUEUE_ACCOUNT_STREAMS = 1
-QUEUE_ACCOUNT_CONSUMERS = 10
+
 #: bytes; above the largest max_message_bytes (1 MiB) plus headers, so an oversize message gets
 #: JetStream's clear error (10054) instead of a protocol error that closes the connection
 MAX_PAYLOAD = 2 * 1024 * 1024
 
-#: how far a queue account is frozen: "off"; "ready" (its user may publish to REFUSED_ROOT, which it
-#: imports from the control account); "frozen" (its queue subjects are also mapped there)
-Refusal = Literal["off", "ready", "frozen"]
-
-
-#: bytes an account waiting in the spare pool reserves: a queue with the default max_bytes claims it
-#: as it is, with no reload
+#: bytes a queue account reserves when its queue does not say (the default max_bytes of the
+#: largest max_message_bytes)
 DEFAULT_ACCOUNT_BYTES = default_max_bytes(LIMITS["max_message_bytes"][1])
-
-
-@dataclass(frozen=True)
-class AccountEntry:
-    """One queue account: its id, the bcrypt hash of its app user's password, and the bytes of
-    JetStream storage it may use (its queue's max_bytes; JetStream reserves them)."""
-
-    id: str
-    password_hash: str = field(repr=False)
-    max_bytes: int = DEFAULT_ACCOUNT_BYTES
 
 
 @dataclass(frozen=True)
@@ -147,121 +107,53 @@ class BrokerConfig:
     store_dir: Path
     log_file: Path
     sync: str  #: 'always' (fsync before every ack) or 'interval' (the server's 2-minute default)
-    system_nkey: str  #: public nkey of the control plane's system-account user
-    control_nkey: str  #: public nkey of the control plane's control-account user
-    accounts: tuple[AccountEntry, ...] = ()
     max_file_store: int = 0  #: bytes of the JetStream store; 0 = the server's own default (tests of the render)
-    #: the store is short of space (broker/storage.py): "frozen", every queue's puts go to the control
-    #: plane, which refuses them, instead of to its stream; "ready", the step before and after it
-    #: (``queue_account``)
-    refusal: Refusal = "off"
+    max_memory_store: int = MAX_MEMORY_STORE
+
+    @property
+    def resolver_dir(self) -> Path:
+        """Where the broker keeps the account JWTs pushed to it."""
+        return self.store_dir / "accounts"
 
 
-def queue_account(entry: AccountEntry, refusal: Refusal = "off") -> dict[str, Any]:
-    """One queue account. ``refusal`` "frozen": its queue subjects are mapped to REFUSED_ROOT, imported
-    from the control account, so every put (an app's, or the control plane's through ``send.<id>``)
-    is answered by the control plane's refusal and none reaches the stream; reads, receives and
-    acks use other subjects and go on. nats-server checks a publish against the user's permissions
-    after the mapping, so the user is granted REFUSED_ROOT too, one reload before the mapping comes
-    ("ready") and one after it goes: a reload applies mappings and permissions in no set order, and
-    a put that met the mapping without the permission would be a permissions violation, which ends
-    the client's operations. (A mapping met before its import finds no responder, which clients
-    retry as during any reload.)"""
-    stream = stream_name(entry.id)
-    only_control = [CONTROL_ACCOUNT]
-    account = {
-        "imports": [
-            {"service": {"account": CONTROL_ACCOUNT, "subject": errors_subject(entry.id)},
-             "to": f"{ERRORS_SUBJECT}.*"},
-            {"service": {"account": CONTROL_ACCOUNT, "subject": reject_subject(entry.id)},
-             "to": REJECT_SUBJECT},
-            {"service": {"account": CONTROL_ACCOUNT, "subject": desk_subject(entry.id)},
-             "to": f"{DESK_SUBJECT}.*"},
-            {"service": {"account": CONTROL_ACCOUNT, "subject": notes_subject(entry.id)},
-             "to": NOTES_SUBJECT},
-        ],
-        # a queue's app cannot fill the disk the control state lives on: its account may store
-        # max_bytes (reserved out of the store; a full queue refuses publishes with err_code 10002)
-        "jetstream": {"max_file": entry.max_bytes, "max_mem": 0, "max_streams": QUEUE_ACCOUNT_STREAMS,
-                      "max_consumers": QUEUE_ACCOUNT_CONSUMERS},
-        "users": [
-            {
-                "user": username(entry.id),
-                "password": entry.password_hash,
-                "permissions": app_permissions(entry.id),
-            }
-        ],
-        "exports": [
-            {"service": "$JS.API.>", "response_type": "stream", "accounts": only_control},
-            {"service": f"{SUBJECT_ROOT}.>", "accounts": only_control},
-            {"service": f"$JS.ACK.{stream}.*.>", "accounts": only_control},
-            {"stream": consumer_advisories(stream), "accounts": only_control},
-        ],
+def platform_jwts(keys: OperatorKeys) -> dict[str, str]:
+    """The signed JWTs of the operator-signed platform accounts, by public key."""
+    operator = keys.operator
+    system, control, auth = (keys.public(keys.platform_account(role)) for role in ("system", "control", "auth"))
+    callout = keys.public(keys.platform_user("callout"))
+    return {
+        system: jwt.encode(system_account(system), operator),
+        control: jwt.encode(control_account(control), operator),
+        auth: jwt.encode(auth_account(auth, callout), operator),
     }
-    if refusal != "off":
-        account["imports"].append({"service": {"account": CONTROL_ACCOUNT, "subject": refused_subject(entry.id)},
-                                   "to": f"{REFUSED_ROOT}.>"})
-        account["users"][0]["permissions"]["publish"]["allow"].append(f"{REFUSED_ROOT}.>")
-    if refusal == "frozen":
-        account["mappings"] = {f"{SUBJECT_ROOT}.>": f"{REFUSED_ROOT}.>"}
-    return account
 
 
-def control_imports(entry: AccountEntry) -> list[dict[str, Any]]:
-    stream = stream_name(entry.id)
-    return [
-        {"service": {"account": entry.id, "subject": "$JS.API.>"}, "to": f"{jsapi_prefix(entry.id)}.>"},
-        {"service": {"account": entry.id, "subject": f"{SUBJECT_ROOT}.>"}, "to": f"send.{entry.id}.>"},
-        {"service": {"account": entry.id, "subject": f"$JS.ACK.{stream}.*.>"}},
-        {"stream": {"account": entry.id, "subject": consumer_advisories(stream)},
-         "to": advisory_subject(entry.id, ADVISORY_KINDS)},
-    ]
-
-
-def control_exports(refusal: Refusal = "off") -> list[dict[str, Any]]:
-    """Error notes, reject requests, desk requests and put notes (and, while frozen, the refusal of
-    puts). Public exports (no account list, which would name every queue twice in each reload):
-    only this configuration declares imports, and each queue account imports just its own id's subjects."""
-    exports = [{"service": "errors.*.*"}, {"service": "deadletter.*"}, {"service": "desk.*.*"}, {"service": "notes.*"}]
-    if refusal != "off":
-        exports.append({"service": f"{REFUSED_ROOT}.*.>"})
-    return exports
-
-
-def build(config: BrokerConfig) -> dict[str, Any]:
+def build(config: BrokerConfig, keys: OperatorKeys) -> dict[str, Any]:
     """The configuration as a dict (what ``render`` serialises)."""
-    accounts: dict[str, Any] = {
-        SYSTEM_ACCOUNT: {"users": [{"nkey": config.system_nkey}]},
-        CONTROL_ACCOUNT: {
-            "jetstream": "enabled",
-            "users": [{"nkey": config.control_nkey}],
-            "imports": [imp for entry in config.accounts for imp in control_imports(entry)],
-            "exports": control_exports(config.refusal),
-        },
-    }
-    for entry in config.accounts:
-        accounts[entry.id] = queue_account(entry, config.refusal)
-    jetstream: dict[str, Any] = {"store_dir": str(config.store_dir), "max_memory_store": MAX_MEMORY_STORE}
+    operator = keys.operator
+    system = keys.public(keys.platform_account("system"))
+    jetstream: dict[str, Any] = {"store_dir": str(config.store_dir), "max_memory_store": config.max_memory_store}
     if config.max_file_store:
         jetstream["max_file_store"] = config.max_file_store
     if config.sync == "always":
         jetstream["sync_interval"] = "always"
+    sentinel = jwt.encode(sentinel_user(keys.public(keys.platform_user("sentinel"))), keys.platform_account("auth"))
     return {
         "server_name": "enclave",
         "listen": f"{config.host}:{config.port}",
         "max_payload": MAX_PAYLOAD,
         "jetstream": jetstream,
-        "system_account": SYSTEM_ACCOUNT,
-        "accounts": accounts,
+        "operator": jwt.encode(jwt.operator_claims(operator, system, "enclave"), operator),
+        "system_account": system,
+        "resolver": {"type": "full", "dir": str(config.resolver_dir), "allow_delete": True, "interval": "2m",
+                     "timeout": "2s"},
+        "resolver_preload": platform_jwts(keys),
+        "default_sentinel": sentinel,
         "log_file": str(config.log_file),
         "logtime": True,
     }
 
 
-def render(config: BrokerConfig) -> str:
+def render(config: BrokerConfig, keys: OperatorKeys) -> str:
     """The configuration file's text."""
-    return json.dumps(build(config), indent=1, sort_keys=True) + "\n"
-
-
-def account_ids(accounts: Iterable[AccountEntry]) -> frozenset[str]:
-    return frozenset(entry.id for entry in accounts)
+    return json.dumps(build(config, keys), indent=1, sort_keys=True) + "\n"

@@ -1,17 +1,19 @@
 """The control plane's connections to the broker, and the few requests every layer makes on them.
 
-Two nkey-authenticated connections: one in the system account (config reloads, server
-stats) and one in the control account (the KV state store, and every queue through the
-imports that broker/config.py renders: ``jsapi.<id>`` for a queue's JetStream API,
-``send.<id>.…`` for its subject, and the queue's own ack subjects). Beside them: a publish into
-a queue with its PubAck (``publish_into``, ``stored_seq``), a delete of one message and the
-creation of a control stream. Requests that find no responders (a reload) are tried again
-(retry.py).
+Three connections as users minted from the derived keys (auth/keys.py): one in the system
+account (account claims pushed, server stats), one in the control account (the KV state store
+and the control plane's own streams) and one in the AUTH account (the auth callout). A queue
+account is reached as a user of that account, from a bounded pool (broker/pool.py):
+``queue_js(id)`` for its JetStream API, ``account(id)`` to hold its connection for a while,
+``publish_into`` for a publish into the queue with its PubAck. Beside them: a delete of one
+message and the creation of a control stream. Requests that find no responders (a queue account
+the broker is still loading) are tried again (retry.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -23,11 +25,13 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
-from ..auth.secrets import NKey
+from ..auth import jwt
+from ..auth.keys import OperatorKeys
 from ..errors import BrokerUnavailable, publish_refused
-from ..names import jsapi_prefix, send_subject
 from ..retry import retry_unavailable
 from ..spec import QueueSpec
+from .claims import control_user
+from .pool import AccountConnections
 
 log = logging.getLogger("enclave.broker")
 
@@ -56,11 +60,11 @@ async def delete_message(js: JetStreamContext, stream: str, seq: int) -> bool:
 async def publish_into(conn: BrokerConnection, queue_id: str, subject: str, body: bytes,
                        headers: Optional[dict[str, str]] = None, timeout: float = PUBLISH_TIMEOUT) -> dict[str, Any]:
     """Publish ``body`` to ``subject`` (a queue subject: the queue's own, a priority lane or a delay
-    subject) in queue account ``queue_id``, through the control account's import of it
-    (``send.<id>.…``), and return the broker's answer: the PubAck (``seq``, ``duplicate``) or its
-    ``error``. Retried while nobody answers (a reload); nats-py's TimeoutError if no answer came."""
-    reply = await retry_unavailable(lambda: conn.control.request(
-        send_subject(queue_id, subject), body, timeout=timeout, headers=headers or None))
+    subject) in queue account ``queue_id``, as the control plane's user of that account, and return
+    the broker's answer: the PubAck (``seq``, ``duplicate``) or its ``error``. Retried while nobody
+    answers; nats-py's TimeoutError if no answer came."""
+    async with conn.account(queue_id) as nc:
+        reply = await retry_unavailable(lambda: nc.request(subject, body, timeout=timeout, headers=headers or None))
     return json.loads(reply.data)
 
 
@@ -84,20 +88,24 @@ async def ensure_stream(js: JetStreamContext, config: Any) -> None:
         await retry_unavailable(lambda: js.update_stream(config))
 
 
-async def _connect(url: str, nkey: NKey, name: str) -> Client:
+async def _connect(url: str, keys: OperatorKeys, role: str, user_role: str) -> Client:
+    """A connection as the control plane's ``user_role`` user of the ``role`` platform account."""
+    user = keys.platform_user(user_role)
+    token = jwt.encode(control_user(keys.public(user), user_role), keys.platform_account(role)).encode()
+
     async def on_error(exc: Exception) -> None:
-        log.debug("%s connection: %s", name, exc)
+        log.debug("%s connection: %s", user_role, exc)
 
     async def on_disconnect() -> None:
         if not (holder and (holder[0].is_closed or holder[0].is_draining)):
-            log.info("%s connection to the broker lost; reconnecting", name)
+            log.info("%s connection to the broker lost; reconnecting", user_role)
 
     holder: list[Client] = []
 
     try:
         nc = await nats.connect(
-            url, nkeys_seed_str=nkey.seed, name=f"enclave-{name}",
-            max_reconnect_attempts=1, reconnect_time_wait=0.2, connect_timeout=2,
+            url, user_jwt_cb=lambda: token, signature_cb=lambda nonce: base64.b64encode(user.sign(nonce.encode())),
+            name=f"enclave-{user_role}", max_reconnect_attempts=1, reconnect_time_wait=0.2, connect_timeout=2,
             error_cb=on_error, disconnected_cb=on_disconnect, pending_size=64 * 1024 * 1024,
         )
     except Exception as exc:  # nats-py raises several unrelated types here
@@ -107,27 +115,98 @@ async def _connect(url: str, nkey: NKey, name: str) -> Client:
     return nc
 
 
+class QueueJetStream:
+    """A queue account's JetStream API: each call (``stream_info``, ``get_msg``, ``delete_msg``, …,
+    as on nats-py's JetStreamContext) is made on the pool's connection of that account, held for
+    the call. What outlives one call (a pull subscription) needs ``BrokerConnection.account``."""
+
+    def __init__(self, pool: AccountConnections, queue_id: str, timeout: float) -> None:
+        self._pool, self._queue_id, self._timeout = pool, queue_id, timeout
+
+    def __getattr__(self, name: str) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            async with self._pool.lease(self._queue_id) as nc:
+                return await getattr(nc.jetstream(timeout=self._timeout), name)(*args, **kwargs)
+
+        return call
+
+
 class BrokerConnection:
-    def __init__(self, system: Client, control: Client) -> None:
+    def __init__(self, system: Client, control: Client, callout: Client, pool: AccountConnections) -> None:
         self.system = system
         self.control = control
+        self.callout = callout
+        self.pool = pool
         self.js = control.jetstream(timeout=5)
 
     @classmethod
-    async def connect(cls, url: str, system: NKey, control: NKey) -> BrokerConnection:
+    async def connect(cls, url: str, keys: OperatorKeys) -> BrokerConnection:
         opened: list[Client] = []
         try:
-            for nkey, name in ((system, "system"), (control, "control")):
-                opened.append(await _connect(url, nkey, name))
+            for role, user_role in (("system", "system"), ("control", "control"), ("auth", "callout")):
+                opened.append(await _connect(url, keys, role, user_role))
         except BaseException:
             for nc in opened:
                 await nc.close()
             raise
-        return cls(*opened)
+        return cls(*opened, AccountConnections(url, keys))
 
-    def queue_js(self, queue_id: str, timeout: float = 5) -> JetStreamContext:
-        """A JetStream context that speaks to one queue account's JetStream API."""
-        return self.control.jetstream(prefix=jsapi_prefix(queue_id), timeout=timeout)
+    def queue_js(self, queue_id: str, timeout: float = 5) -> QueueJetStream:
+        """One queue account's JetStream API (each call on that account's pooled connection)."""
+        return QueueJetStream(self.pool, queue_id, timeout)
+
+    def account(self, queue_id: str) -> contextlib.AbstractAsyncContextManager[Client]:
+        """``async with conn.account(id) as nc``: the queue account's connection, held for the block."""
+        return self.pool.lease(queue_id)
+
+    async def queue_request(self, queue_id: str, verb: str, payload: bytes = b"",
+                            timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+        """One JetStream API request (``verb``: ``STREAM.INFO.<stream>``, …) in a queue's account;
+        its JSON answer (retried while nobody answers)."""
+        async with self.account(queue_id) as nc:
+            reply = await retry_unavailable(lambda: nc.request(f"$JS.API.{verb}", payload, timeout=timeout))
+        return json.loads(reply.data)
+
+    def account_key(self, queue_id: str) -> str:
+        """The public key that names a queue's account on the broker."""
+        return self.pool.keys.public(self.pool.keys.queue_account(queue_id))
+
+    async def account_jsz(self, queue_id: str) -> dict[str, Any]:
+        """A queue account's JetStream usage, streams and consumers, as the system account sees
+        it (``$SYS.REQ.ACCOUNT.<account>.JSZ``): no connection into the account needed."""
+        subject = f"$SYS.REQ.ACCOUNT.{self.account_key(queue_id)}.JSZ"
+        answer = await self._system_request(subject, b'{"streams": true, "consumer": true}')
+        if answer.get("error"):
+            raise BrokerUnavailable(f"The broker did not report queue account {queue_id}: {answer['error']}")
+        return answer.get("data") or {}
+
+    async def push_account(self, token: str) -> None:
+        """Give the broker an account's claims (a JWT signed by the operator): created or changed at
+        once, with no reload; BrokerUnavailable if the broker refuses them."""
+        answer = await self._system_request("$SYS.REQ.CLAIMS.UPDATE", token.encode())
+        if answer.get("error"):
+            raise BrokerUnavailable(f"The broker refused an account's claims: {answer['error']}")
+
+    async def delete_accounts(self, token: str) -> None:
+        """Remove accounts from the broker (a JWT of the operator's naming them); their
+        connections are closed."""
+        answer = await self._system_request("$SYS.REQ.CLAIMS.DELETE", token.encode())
+        if answer.get("error"):
+            raise BrokerUnavailable(f"The broker refused to delete accounts: {answer['error']}")
+
+    async def list_accounts(self) -> list[str]:
+        """The public keys of every account the broker's resolver holds."""
+        answer = await self._system_request("$SYS.REQ.CLAIMS.LIST", b"")
+        if answer.get("error") or not isinstance(answer.get("data"), list):
+            raise BrokerUnavailable(f"The broker did not list its accounts: {answer.get('error')}")
+        return [key for key in answer["data"] if isinstance(key, str)]
+
+    async def _system_request(self, subject: str, body: bytes, timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
+        try:
+            reply = await retry_unavailable(lambda: self.system.request(subject, body, timeout=timeout))
+        except Exception as exc:
+            raise BrokerUnavailable(f"The broker did not answer {subject}: {exc!r}") from exc
+        return json.loads(reply.data)
 
     async def _server_request(self, verb: str, body: bytes = b"", timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
         server_id = (self.system._server_info or {}).get("server_id")
@@ -142,10 +221,6 @@ class BrokerConnection:
             raise BrokerUnavailable(f"The broker refused {verb}: {body['error'].get('description', body['error'])}")
         return body.get("data") or {}
 
-    async def reload(self) -> None:
-        """Reload the broker's configuration file; returns when the server has applied it."""
-        await self._server_request("RELOAD")
-
     async def varz(self) -> dict[str, Any]:
         """The server's general statistics (memory, connections, uptime)."""
         return await self._server_request("VARZ")
@@ -157,8 +232,10 @@ class BrokerConnection:
         return await self._server_request("HEALTHZ", b'{"details": true}', timeout)
 
     async def close(self) -> None:
-        """Drain both connections (what was published reaches the broker), within DRAIN_TIMEOUT."""
-        for nc in (self.control, self.system):
+        """Close the queue accounts' connections, then drain the others (what was published reaches
+        the broker), within DRAIN_TIMEOUT."""
+        await self.pool.close()
+        for nc in (self.callout, self.control, self.system):
             if nc.is_connected:
                 with contextlib.suppress(asyncio.TimeoutError, nats.errors.Error):
                     await asyncio.wait_for(nc.drain(), DRAIN_TIMEOUT)

@@ -1,4 +1,5 @@
-"""How full a queue is, read from its stream and consumer (two JetStream API requests).
+"""How full a queue is, read from its stream and consumers as the broker's system account sees
+them (one ``$SYS.REQ.ACCOUNT.<account>.JSZ`` request a queue: no connection into its account).
 
 - ``waiting``: stored and ready to be received (the consumer's ``num_pending``);
 - ``in_flight``: received and not yet deleted, hidden until their visibility timeout ends or a
@@ -28,11 +29,12 @@ from datetime import UTC, datetime
 from typing import Any, Optional
 
 from ..errors import BrokerUnavailable
-from ..names import CONSUMER, LANES, lane_consumer, queue_api, stream_name
-from ..retry import retry_unavailable
-from .connection import REQUEST_TIMEOUT, BrokerConnection
+from ..names import CONSUMER, LANES, lane_consumer, stream_name
+from .connection import BrokerConnection
 
 PARALLEL = 32  #: queues read at the same time
+#: the consumers a queue's depth sums: its own and its priority lanes'
+CONSUMERS = frozenset({CONSUMER, *(lane_consumer(level) for level in LANES)})
 
 
 @dataclass(frozen=True)
@@ -50,44 +52,32 @@ class Depth:
         return asdict(self)
 
 
-async def _api(conn: BrokerConnection, queue_id: str, verb: str) -> dict[str, Any]:
-    """One JetStream API request to a queue's account; its JSON answer."""
-    subject = queue_api(queue_id, verb)
-    reply = await retry_unavailable(lambda: conn.control.request(subject, b"", timeout=REQUEST_TIMEOUT))
-    body = json.loads(reply.data)
-    if "error" in body:
-        raise BrokerUnavailable(f"The broker refused {verb.split('.')[0]} {verb.split('.')[1]} info for "
-                                f"{queue_id}: {body['error'].get('description')}.")
-    return body
+async def _account_streams(conn: BrokerConnection, queue_id: str) -> dict[str, Any]:
+    """The queue's stream as the system account's JSZ reports it: ``state`` and ``consumer_detail``
+    (the queue's consumer and its priority lanes)."""
+    body = await conn.account_jsz(queue_id)
+    for stream in body.get("stream_detail") or []:
+        if stream.get("name") == stream_name(queue_id):
+            return stream
+    raise BrokerUnavailable(f"The broker has no stream for {queue_id} (yet).")
 
 
 async def stream_messages(conn: BrokerConnection, queue_id: str) -> int:
-    info = await _api(conn, queue_id, f"STREAM.INFO.{stream_name(queue_id)}")
-    return int(info["state"]["messages"])
-
-
-async def consumer_infos(conn: BrokerConnection, queue_id: str, consumer_count: int) -> list[dict[str, Any]]:
-    """CONSUMER.INFO of the queue's consumer and, when its stream has more than one (a queue with
-    ``priorities``), of its priority lanes."""
-    stream = stream_name(queue_id)
-    names = [CONSUMER, *(lane_consumer(level) for level in LANES)] if consumer_count > 1 else [CONSUMER]
-    return list(await asyncio.gather(*(_api(conn, queue_id, f"CONSUMER.INFO.{stream}.{name}") for name in names)))
+    return int((await _account_streams(conn, queue_id))["state"]["messages"])
 
 
 async def read_depth(conn: BrokerConnection, queue_id: str, dead_letter_id: Optional[str] = None,
                      now: Optional[datetime] = None) -> Depth:
     """A queue's depth now, summed over its priority lanes if it has them. ``dead_letter_id``: the
     account id of its dead-letter queue."""
-    stream = stream_name(queue_id)
-    reads: list[Any] = [_api(conn, queue_id, f"STREAM.INFO.{stream}"),
-                        _api(conn, queue_id, f"CONSUMER.INFO.{stream}.{CONSUMER}")]
+    reads: list[Any] = [_account_streams(conn, queue_id)]
     if dead_letter_id is not None:
         reads.append(stream_messages(conn, dead_letter_id))
-    stream_info, consumer_info, *dead = await asyncio.gather(*reads)
-    state = stream_info["state"]
-    consumers = [consumer_info]
-    if int(state.get("consumer_count", 1)) > 1:
-        consumers = await consumer_infos(conn, queue_id, int(state["consumer_count"]))
+    stream, *dead = await asyncio.gather(*reads)
+    state = stream["state"]
+    consumers = [c for c in stream.get("consumer_detail") or [] if c.get("name") in CONSUMERS]
+    if not consumers:
+        raise BrokerUnavailable(f"The broker has no consumer for {queue_id} (yet).")
     stored, last_seq = int(state["messages"]), int(state["last_seq"])
     waiting = sum(int(c["num_pending"]) for c in consumers)
     in_flight = sum(int(c["num_ack_pending"]) for c in consumers)

@@ -22,7 +22,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from ..errors import BrokerUnavailable
-from ..names import queue_api, stream_name
 from ..retry import RETRY_WINDOW
 
 READ_TIMEOUT = 10.0  #: seconds one direct-get request may take
@@ -46,10 +45,8 @@ class Batch:
     description: str = ""  #: the broker's words for that status
 
 
-def direct_get_subject(stream: str, queue_id: Optional[str] = None) -> str:
-    """The direct-get API of a control-account stream, or (with ``queue_id``) of a queue's stream."""
-    if queue_id is not None:
-        return queue_api(queue_id, f"DIRECT.GET.{stream_name(queue_id)}")
+def direct_get_subject(stream: str) -> str:
+    """The direct-get API of a stream, asked on a connection of the stream's account."""
     return f"$JS.API.DIRECT.GET.{stream}"
 
 

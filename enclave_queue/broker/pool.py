@@ -45,7 +45,7 @@ class AccountConnections:
     """One connection per queue account, shared by everyone who leases it."""
 
     def __init__(self, url: str, keys: OperatorKeys, size: int = POOL_SIZE) -> None:
-        self._url, self._keys, self._size = url, keys, size
+        self._url, self.keys, self._size = url, keys, size
         self._open: dict[str, _Open] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._closed = False
@@ -54,11 +54,14 @@ class AccountConnections:
         return len(self._open)
 
     async def _connect(self, queue_id: str) -> Client:
-        user = self._keys.queue_control_user(queue_id)
-        token = jwt.encode(control_user(self._keys.public(user), "control"), self._keys.queue_account(queue_id)).encode()
+        user = self.keys.queue_control_user(queue_id)
+        token = jwt.encode(control_user(self.keys.public(user), "control"), self.keys.queue_account(queue_id)).encode()
+        async def on_error(exc: Exception) -> None:  # a broker restart; nats-py reconnects by itself
+            log.debug("connection to queue account %s: %s", queue_id, exc)
+
         try:
             return await nats.connect(
-                self._url, user_jwt_cb=lambda: token, name=f"enclave-control-{queue_id}",
+                self._url, user_jwt_cb=lambda: token, name=f"enclave-control-{queue_id}", error_cb=on_error,
                 signature_cb=lambda nonce: base64.b64encode(user.sign(nonce.encode())),
                 connect_timeout=CONNECT_TIMEOUT, max_reconnect_attempts=-1, reconnect_time_wait=0.2,
                 allow_reconnect=True, pending_size=64 * 1024 * 1024,

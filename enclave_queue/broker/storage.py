@@ -42,8 +42,7 @@ from typing import Any, Optional
 
 from nats.aio.msg import Msg
 
-from ..names import stream_name
-from .config import REFUSED_ROOT
+from ..names import REFUSED_ROOT, stream_name
 from .connection import BrokerConnection
 from .tasks import keep_running, log_failure
 

@@ -95,12 +95,13 @@ class Supervisor:
     """One nats-server child process and its configuration file."""
 
     def __init__(self, config_path: Path, host: str, port: int, *, binary: Optional[Path] = None,
-                 log_path: Optional[Path] = None) -> None:
+                 log_path: Optional[Path] = None, memory_limit: int = 0) -> None:
         self.config_path = config_path.absolute()  #: absolute: a stale server is known by it
         self.host = host
         self.port = port
         self.binary = binary or nats_server_binary()
         self.log_path = log_path or config_path.with_name("nats-server.out")
+        self.memory_limit = memory_limit  #: bytes: the broker's GOMEMLIMIT (0: none)
         self.restarts = 0
         self.on_restart: Optional[Callable[[], Awaitable[None]]] = None
         self._proc: Optional[asyncio.subprocess.Process] = None
@@ -179,7 +180,7 @@ class Supervisor:
             self._proc = await asyncio.create_subprocess_exec(
                 str(self.binary), "-c", str(self.config_path),
                 stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
-                env=child_env(), preexec_fn=_die_with_parent,
+                env=self._env(), preexec_fn=_die_with_parent,
             )
         try:
             self._pid_file.write_text(f"{self._proc.pid}\n")
@@ -187,6 +188,12 @@ class Supervisor:
             log.warning("could not write %s: %s", self._pid_file, exc)
         log.info("nats-server started (pid %d) on %s", self._proc.pid, self.url)
         await self._wait_ready()
+
+    def _env(self) -> dict[str, str]:
+        env = child_env()
+        if self.memory_limit:  # the Go runtime collects harder as it nears the limit
+            env["GOMEMLIMIT"] = f"{self.memory_limit}B"
+        return env
 
     async def _restarted(self) -> None:
         if self.on_restart is not None:

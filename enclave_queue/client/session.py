@@ -371,10 +371,20 @@ async def open_session(creds: Credentials, *, name: str, connect_timeout: float)
         if session is not None:
             session._reconnected()
 
+    async def on_closed() -> None:
+        # the broker ended the connection for good ("account authentication expired": its account
+        # was removed; "Authorization Violation"): nats-py closes at once, noting it as its last
+        # error only
+        last = session.nc.last_error if session is not None else None
+        text = f"{type(last).__name__} {last}".lower()
+        if session is not None and last is not None and ("authoriz" in text or "authenticat" in text):
+            session._revoked()
+
     try:
         nc = await nats.connect(
             creds.broker_url, user=creds.username, password=creds.password, inbox_prefix=creds.inbox_prefix,
-            name=name, connect_timeout=connect_timeout, error_cb=on_error, reconnected_cb=on_reconnect, allow_reconnect=True,
+            name=name, connect_timeout=connect_timeout, error_cb=on_error, reconnected_cb=on_reconnect,
+            closed_cb=on_closed, allow_reconnect=True,
             max_reconnect_attempts=1, reconnect_time_wait=0.25, pending_size=64 * 1024 * 1024,
         )
         nc.options["max_reconnect_attempts"] = -1  # one try to connect, then reconnect for ever

@@ -1,8 +1,9 @@
 """The web console's pages, served by the control process at ``/``.
 
 Pages are rendered on the server (Jinja2) from the same ``QueueService`` the HTTP API calls, and
-forms that declare, change or delete a queue post here (validation errors come back beside their
-fields). What happens on a page after it loads (live counts, messages by hand, dead letters,
+forms that declare, change or delete a queue, or rotate its password, post here (validation errors
+come back beside their fields; a rotation's outcome is shown once by the page it redirects to,
+notices.py). What happens on a page after it loads (live counts, messages by hand, dead letters,
 credentials, the depth chart) is ``static/console.js`` calling the HTTP API with the session
 cookie and its CSRF token. The console has no powers of its own beyond the API token it was
 given at sign-in. Path parameters are checked by the app-wide rules (web/paths.py); the cookies
@@ -27,11 +28,24 @@ from fastapi.templating import Jinja2Templates
 from ..auth.tokens import token_digest
 from ..errors import Conflict, EnclaveError, SpecError
 from ..service import QueueService
-from ..spec import LIMITS, MAX_PRIORITY, MIN_PRIORITY, MUTABLE, NAME_RULE, parse_patch, parse_spec, rule, shown
+from ..spec import (
+    DEFAULT_GRACE,
+    LIMITS,
+    MAX_GRACE,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    MUTABLE,
+    NAME_RULE,
+    parse_patch,
+    parse_spec,
+    rule,
+    shown,
+)
 from ..web import cookies
 from ..web.paths import QUEUE_TABS, check_path_params
 from ..web.plane import plane, queue_service
 from ..web.sessions import Session, same_token
+from .notices import Notices
 from .throttle import FailureLimiter, address_key
 
 HERE = Path(__file__).parent
@@ -39,7 +53,7 @@ TABS = QUEUE_TABS
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.globals.update(LIMITS=LIMITS, rule=rule, NAME_RULE=NAME_RULE, TABS=TABS, MIN_PRIORITY=MIN_PRIORITY,
-                             MAX_PRIORITY=MAX_PRIORITY)
+                             MAX_PRIORITY=MAX_PRIORITY, DEFAULT_GRACE=DEFAULT_GRACE, MAX_GRACE=MAX_GRACE)
 router = APIRouter(include_in_schema=False)
 
 
@@ -55,6 +69,7 @@ def install(app: FastAPI) -> None:
     """Add the console's pages to ``app`` (made by api.create_app: it serves the control plane and
     knows the trusted proxies, web/plane.py)."""
     app.state.sign_in_limiter = FailureLimiter()
+    app.state.console_notices = Notices()
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
@@ -74,6 +89,10 @@ def install(app: FastAPI) -> None:
 
 def service(request: Request) -> QueueService:
     return queue_service(request)
+
+
+def notices(request: Request) -> Notices:
+    return request.app.state.console_notices
 
 
 async def session_of(request: Request) -> Session:
@@ -123,8 +142,8 @@ def field_errors(exc: EnclaveError, form: Optional[dict[str, str]] = None) -> di
 
 def as_typed(message: str, form: Optional[dict[str, str]]) -> str:
     """``message`` with each number a form field sent shown as the text that was typed ('999'),
-    not as the integer the console made of it (settings_from_form)."""
-    for key in LIMITS:
+    not as the integer the console made of it (settings_from_form, rotate_password)."""
+    for key in NUMBER_FIELDS:
         text = (form or {}).get(key, "").strip()
         if WHOLE_NUMBER.fullmatch(text):
             message = message.replace(f"(got {int(text)})", f"(got {shown(text)})")
@@ -132,6 +151,7 @@ def as_typed(message: str, form: Optional[dict[str, str]]) -> str:
 
 
 WHOLE_NUMBER = re.compile(r"[+-]?[0-9]{1,19}")  #: what a number field's text may be (ASCII digits)
+NUMBER_FIELDS = (*LIMITS, "grace_seconds")  #: the forms' fields whose text becomes a number
 
 
 def form_number(text: str) -> int | str:
@@ -297,7 +317,8 @@ async def queue_context(request: Request, session: Session, project: str, name: 
 @router.get("/projects/{project}/queues/{name}/{tab}")
 async def queue_page(request: Request, project: str, name: str, tab: str, created: int = 0) -> Response:
     session = await session_of(request)  # the tab is one of TABS: checked with the path (web/paths.py)
-    context = await queue_context(request, session, project, name, tab, created=bool(created))
+    rotated = notices(request).take(session.id, f"{project}/{name}") if tab == "credentials" else None
+    context = await queue_context(request, session, project, name, tab, created=bool(created), rotated=rotated)
     return page(request, "queue.html", context)
 
 
@@ -331,3 +352,24 @@ async def delete_queue(request: Request, project: str, name: str) -> Response:
                                       errors={"confirm": exc.message}, detail=exc.message)
         return page(request, "queue.html", context, status=409)
     return RedirectResponse(f"/projects/{project}/queues?deleted={name}", status_code=303)
+
+
+@router.post("/projects/{project}/queues/{name}/rotate-password")
+async def rotate_password(request: Request, project: str, name: str) -> Response:
+    """A new password (the service's rotate_password) with the grace the form gives (empty: the
+    default); the Credentials tab it redirects to shows the rotation once and reveals the new
+    password. A refused grace comes back beside its field, and nothing is rotated."""
+    session = await session_of(request)
+    form = await checked_form(request, session)
+    text = form.get("grace_seconds", "").strip()
+    try:
+        rotated = await service(request).rotate_password(project, name, form_number(text) if text else DEFAULT_GRACE)
+    except SpecError as exc:
+        context = await queue_context(request, session, project, name, "credentials", values=form,
+                                      errors=field_errors(exc, form), detail=as_typed(exc.message, form))
+        return page(request, "queue.html", context, status=exc.status)
+    notices(request).leave(session.id, f"{project}/{name}", {
+        "password_version": rotated["password_version"],
+        "previous_password_valid_until": rotated["previous_password_valid_until"],
+    })
+    return RedirectResponse(f"/projects/{project}/queues/{name}/credentials", status_code=303)

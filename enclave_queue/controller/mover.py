@@ -64,7 +64,6 @@ from ..names import (
     MOVER,
     advisory_subject,
     lane_consumer,
-    queue_api,
     reject_subject,
     stream_name,
 )
@@ -282,8 +281,8 @@ class Mover:
         stream = stream_name(record.id)
         consumer = lane_consumer(level)
         # the probe: the server retires exhausted messages and emits their advisories
-        await self.conn.control.publish(queue_api(record.id, f"CONSUMER.MSG.NEXT.{stream}.{consumer}"), PROBE,
-                                        reply=f"_INBOX.enclave-probe.{record.id}")
+        async with self.conn.account(record.id) as nc:
+            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", PROBE, reply="_INBOX.enclave-probe")
         info = await retry_unavailable(lambda: js.consumer_info(stream, consumer))
         if info.num_ack_pending or not info.delivered.stream_seq:
             return 0  # something is in flight: only advisories can tell the dead apart

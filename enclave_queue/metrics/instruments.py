@@ -1,5 +1,5 @@
 """The control process's metrics registry and the instruments updated as things happen: reconcile
-durations and errors (controller/reconciler.py), configuration reloads, their durations and
+durations and errors (controller/reconciler.py), account claims pushed to the broker, and
 failures (controller/accounts.py).
 
 One registry a Runtime owns (not prometheus_client's global one, so several stacks in one test
@@ -35,13 +35,9 @@ class ControlMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=self.registry)
         self.reconcile_errors = Counter(
             "enclave_reconcile_errors", "Reconciles that failed (each is retried).", registry=self.registry)
-        self.reloads = Counter(
-            "enclave_config_reloads", "Broker configuration reloads that succeeded.", registry=self.registry)
-        self.reload_errors = Counter(
-            "enclave_config_reload_errors", "Broker configuration reloads that failed.", registry=self.registry)
-        self.reload_seconds = Histogram(
-            "enclave_config_reload_duration_seconds", "Time one broker configuration reload took.",
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=self.registry)
+        self.account_pushes = Counter(
+            "enclave_account_pushes", "Queue account claims given to the broker (no configuration reload).",
+            registry=self.registry)
         self.queues: Optional[ScrapeCollector] = None
 
     def attach(self, queues: ScrapeCollector) -> None:

@@ -30,8 +30,7 @@ from ..envelope import (
     rfc3339,
 )
 from ..errors import BrokerUnavailable, field_error
-from ..names import ERRORS_STREAM, errors_subject, queue_api, stream_name
-from ..retry import retry_unavailable
+from ..names import ERRORS_STREAM, errors_subject, stream_name
 from ..spec import subject_for
 from ..state.kv import Store
 from ..state.records import QueueRecord
@@ -166,10 +165,9 @@ class Contents:
 
     async def _purge(self, record: QueueRecord, subject: str, below: int) -> int:
         """Purge the messages on ``subject`` stored below sequence ``below``; how many went."""
-        api = queue_api(record.id, f"STREAM.PURGE.{stream_name(record.id)}")
         request = json.dumps({"filter": subject, "seq": below}).encode()
-        reply = await retry_unavailable(lambda: self.conn.control.request(api, request, timeout=PURGE_TIMEOUT))
-        answer = json.loads(reply.data)
+        answer = await self.conn.queue_request(record.id, f"STREAM.PURGE.{stream_name(record.id)}", request,
+                                               timeout=PURGE_TIMEOUT)
         if "error" in answer:
             raise BrokerUnavailable(f"The broker refused to purge queue '{record.spec.name}': "
                                     f"{answer['error'].get('description')}.")

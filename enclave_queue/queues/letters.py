@@ -100,8 +100,9 @@ class Letters:
             request["next_by_subj"] = subject
         if max_bytes is not None:
             request["max_bytes"] = max_bytes
-        found = await direct_batch(self.conn.control, direct_get_subject(stream_name(record.id), record.id), request,
-                                   f"the messages of queue '{record.spec.name}'")
+        async with self.conn.account(record.id) as nc:
+            found = await direct_batch(nc, direct_get_subject(stream_name(record.id)), request,
+                                       f"the messages of queue '{record.spec.name}'")
         return [Letter.of(stored) for stored in found.messages], found.more
 
     async def read(self, record: QueueRecord, after: int, limit: int) -> list[Letter]:

@@ -172,7 +172,10 @@ class Messages:
 
     async def _take(self, record: QueueRecord, consumer: str, count: int, wait: float) -> list[Any]:
         """Up to ``count`` messages from one consumer, waiting up to ``wait`` seconds for the first."""
-        js = self.conn.queue_js(record.id)
+        async with self.conn.account(record.id) as nc:  # held while the pull subscription lives
+            return await self._take_on(nc.jetstream(timeout=5), record, consumer, count, wait)
+
+    async def _take_on(self, js: Any, record: QueueRecord, consumer: str, count: int, wait: float) -> list[Any]:
         try:
             sub = await retry_unavailable(lambda: js.pull_subscribe_bind(consumer, stream=stream_name(record.id)))
         except UNAVAILABLE:
@@ -268,7 +271,8 @@ class Messages:
 
     async def _settle(self, record: QueueRecord, reply: str, payload: bytes, verb: str) -> None:
         try:
-            await retry_unavailable(lambda: self.conn.control.request(reply, payload, timeout=SEND_TIMEOUT))
+            async with self.conn.account(record.id) as nc:
+                await retry_unavailable(lambda: nc.request(reply, payload, timeout=SEND_TIMEOUT))
         except (nats.errors.TimeoutError, *UNAVAILABLE) as exc:
             raise BrokerUnavailable(f"The broker did not confirm the {verb} on queue '{record.spec.name}'.") from exc
 

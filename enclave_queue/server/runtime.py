@@ -37,6 +37,7 @@ from ..broker.connection import BrokerConnection
 from ..broker.storage import StorageGuard
 from ..broker.supervisor import Supervisor, free_port
 from ..controller.accounts import Accounts
+from ..controller.callout import Callout
 from ..controller.errornotes import ErrorNotes
 from ..controller.mover import Mover
 from ..controller.naks import NakCounter
@@ -75,6 +76,7 @@ class Runtime:
         self.master: Optional[MasterKey] = None
         self.supervisor: Optional[Supervisor] = None
         self.accounts: Optional[Accounts] = None
+        self.callout: Optional[Callout] = None
         self.conn: Optional[BrokerConnection] = None
         self.store: Optional[Store] = None
         self.reconciler: Optional[Reconciler] = None
@@ -121,7 +123,8 @@ class Runtime:
         with contextlib.suppress(OSError):
             (s.home / RUNTIME_FILE).unlink()  # a dead process's: the lock was free
         port = s.broker_port or free_port(s.broker_host)
-        self.supervisor = Supervisor(s.broker_dir / "nats.conf", s.broker_host, port, log_path=s.log_dir / "nats-server.out")
+        self.supervisor = Supervisor(s.broker_dir / "nats.conf", s.broker_host, port, log_path=s.log_dir / "nats-server.out",
+                                     memory_limit=s.broker_memory)
         await self.supervisor.stop_stale()  # before the port check: it may hold the broker port
         check_ports(s)
         s.log_dir.mkdir(exist_ok=True)
@@ -130,10 +133,9 @@ class Runtime:
         CONTROL_STREAM_BYTES.size_for(store_bytes)  # the control streams' sizes, before their owners create them
         base = BrokerConfig(
             host=s.broker_host, port=port, store_dir=s.broker_dir, log_file=s.log_dir / "nats-server.log",
-            sync=s.sync, system_nkey=self.master.nkey("system").public,
-            control_nkey=self.master.nkey("control").public, max_file_store=store_bytes,
+            sync=s.sync, max_file_store=store_bytes, max_memory_store=s.broker_memory // 4,
         )
-        self.accounts = Accounts(base, self.supervisor, self.master, s.account_pool, metrics=self.metrics)
+        self.accounts = Accounts(base, self.supervisor, self.master, metrics=self.metrics)
         try:
             await self.accounts.start_broker()
         except BrokerUnavailable:
@@ -141,11 +143,13 @@ class Runtime:
             raise
         self.conn = await BrokerConnection.connect(
             f"nats://127.0.0.1:{port}" if s.broker_host in ("0.0.0.0", "") else self.supervisor.url,
-            self.master.nkey("system"), self.master.nkey("control"),
+            self.accounts.keys,
         )
         self.supervisor.on_restart = self._broker_restarted
         self.store = await Store.open(self.conn.js)
         await self.accounts.attach(self.store, self.conn)
+        self.callout = Callout(self.conn.callout, self.accounts.verify, self.accounts.keys)
+        await self.callout.start()  # apps log in from here on
         self.storage = StorageGuard(s.broker_dir, store_bytes, self.conn, self.accounts.set_frozen,
                                     self.accounts.restart_broker)
         await self.storage.start()
@@ -172,7 +176,6 @@ class Runtime:
         await self.deadlines.start()
         self.desk = Desk(self.store, self.conn, self.service, self.index, self.naks)
         await self.desk.start()
-        self.accounts.refill()  # after every subscription is made (controller/accounts.py, attach)
         await self._start_http()
         self.ready = True
         write_private(s.home / RUNTIME_FILE, json.dumps(
@@ -303,6 +306,8 @@ class Runtime:
             await self.sampler.stop()
         if self.naks is not None:
             await self.naks.stop()  # stores its last counts: before the connection closes
+        if self.callout is not None:
+            await self.callout.stop()
         if self.accounts is not None:
             await self.accounts.stop()
         if self.conn is not None:

@@ -97,6 +97,11 @@ class AccountRecord(BaseModel):
     created_at: datetime = Field(default_factory=now)
     #: bytes of JetStream storage the account may use (its queue's max_bytes); None: the default
     max_bytes: Optional[int] = None
+    #: the current password's version: 1, and one more at each rotation (its signing key's)
+    password_version: int = 1
+    #: during a rotation's grace: the previous password's bcrypt hash, and until when it logs in
+    previous_hash: Optional[str] = Field(None, repr=False)
+    previous_until: Optional[datetime] = None
 
 
 class TokenRecord(BaseModel):

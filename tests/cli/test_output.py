@@ -3,10 +3,11 @@
 import json
 
 import pytest
-from enclave_cli.output import cell, safe_text
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from enclave_cli.output import cell, safe_text
 
 
 @pytest.mark.parametrize(("text", "shown"), [

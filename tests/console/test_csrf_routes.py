@@ -1,7 +1,8 @@
 """Every route that changes something refuses a request that carries the console's session cookie
 but not the session's CSRF token, generated from the app's route table (a new route or form
 without the check fails here): the API's routes want the X-CSRF-Token header, the console's
-forms their csrf field. The queue the paths name is real, and still there afterwards."""
+forms their csrf field. The queue the paths name is real, and still there afterwards, with its
+settings and its password unchanged (a refused rotation rotates nothing)."""
 
 import httpx
 import pytest
@@ -31,7 +32,9 @@ ROUTES = changing_routes()
 def test_the_route_table_has_the_forms_and_the_api():
     paths = {path for _, path in ROUTES}
     assert {"/sign-out", "/projects/{project}/queues/new", "/projects/{project}/queues/{name}/settings",
-            "/projects/{project}/queues/{name}/delete", "/v1/projects/{project}/queues/{name}"} <= paths
+            "/projects/{project}/queues/{name}/delete", "/v1/projects/{project}/queues/{name}",
+            "/projects/{project}/queues/{name}/rotate-password",
+            "/v1/projects/{project}/queues/{name}/rotate-password"} <= paths
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +45,17 @@ def victim(stack) -> str:
         admin.delete_queue("default", "csrf-victim")
 
 
+@pytest.fixture(scope="module")
+def victim_password(stack, victim) -> str:
+    """The victim's password before the first refused request (module scope: read once)."""
+    with stack.admin() as admin:
+        return admin.credentials("default", victim)["password"]
+
+
 @pytest.mark.parametrize("csrf", [None, "wrong", "ünïcode"], ids=["none", "wrong", "non-ascii"])
 @pytest.mark.parametrize(("method", "template"), ROUTES)
-def test_a_cookie_without_the_sessions_csrf_token_changes_nothing(stack, victim, method, template, csrf):
+def test_a_cookie_without_the_sessions_csrf_token_changes_nothing(stack, victim, victim_password, method, template,
+                                                                   csrf):
     signed = sign_in(stack, stack.token)
     assert signed.status_code == 303
     cookies = {name: cookie["value"] for name, cookie in set_cookies(signed).items()}
@@ -60,4 +71,5 @@ def test_a_cookie_without_the_sessions_csrf_token_changes_nothing(stack, victim,
     with stack.admin() as admin:
         queue = admin.get_queue("default", victim)
         assert queue["visibility_timeout_seconds"] == 30
+        assert admin.credentials("default", victim)["password"] == victim_password
         assert "csrf-made" not in {q["name"] for q in admin.list_queues("default")}

@@ -1,11 +1,13 @@
-"""The controller in-process: coalesced reloads, the spare account pool, and a drift it cannot
-repair shown as Errored with its reason."""
+"""The controller in-process: creates that push one account each and reload nothing, a deleted
+account JWT put back, and a drift it cannot repair shown as Errored with its reason."""
 
 import asyncio
+import json
 
 import pytest
 from nats.js import api
 
+from enclave_queue.auth import jwt
 from enclave_queue.retry import retry_unavailable
 from enclave_queue.server import Runtime
 from enclave_queue.settings import EnclaveSettings
@@ -14,10 +16,8 @@ from tests.helpers import eventually
 
 
 @pytest.fixture
-async def runtime(tmp_path, request):
-    pool = getattr(request, "param", 2)
-    settings = EnclaveSettings(home=tmp_path / "home", api_port=0, broker_port=0, resync_seconds=0.5,
-                               account_pool=pool)
+async def runtime(tmp_path):
+    settings = EnclaveSettings(home=tmp_path / "home", api_port=0, broker_port=0, resync_seconds=0.5)
     running = Runtime(settings)
     await running.start()
     try:
@@ -31,28 +31,40 @@ async def ready(runtime, name, project="default"):
     return status["state"] == "Ready" and status["observed_generation"] == status["generation"]
 
 
-@pytest.mark.parametrize("runtime", [0], indirect=True)
-async def test_many_creates_share_few_config_reloads(runtime):
-    before = runtime.accounts.reloads
+async def varz(runtime):
+    reply = await runtime.conn.system.request("$SYS.REQ.SERVER.PING.VARZ", b"{}", timeout=2)
+    return json.loads(reply.data)["data"]
+
+
+async def test_a_burst_of_creates_pushes_one_account_each_and_reloads_nothing(runtime):
+    loaded = (await varz(runtime))["config_load_time"]
     names = [f"burst-{i}" for i in range(20)]
     await asyncio.gather(*(runtime.service.create(QueueSpec(name=n)) for n in names))
     for name in names:
         await eventually(lambda name=name: ready(runtime, name), timeout=20)
-    reloads = runtime.accounts.reloads - before
-    assert 1 <= reloads <= len(names) // 2, reloads  # one reload per create would be 20
+    assert (await varz(runtime))["config_load_time"] == loaded
+    listed = set(await runtime.conn.list_accounts())
+    keys = runtime.accounts.keys
+    for name in names:
+        queue = await runtime.service.get("default", name)
+        assert keys.public(keys.queue_account(queue.id)) in listed
 
 
-async def test_a_create_claims_an_account_the_broker_already_runs(runtime):
-    await eventually(lambda: len([a for a in runtime.accounts.pooled() if a.id in runtime.accounts.applied]) == 2)
-    spare = {a.id for a in runtime.accounts.pooled()}
-    reloads = runtime.accounts.reloads
-    queue = await runtime.service.create(QueueSpec(name="from-pool"))
-    assert queue.id in spare
-    await eventually(lambda: ready(runtime, "from-pool"), timeout=10)
-    assert runtime.accounts.get(queue.id).owner == "default.from-pool"
-    # the pool refills in the background: that is the only reload the create caused
-    await eventually(lambda: len(runtime.accounts.pooled()) == 2)
-    assert runtime.accounts.reloads - reloads <= 1
+async def test_an_account_removed_behind_the_controllers_back_is_pushed_again(runtime):
+    queue = await runtime.service.create(QueueSpec(name="gone-jwt"))
+    await eventually(lambda: ready(runtime, "gone-jwt"), timeout=10)
+    keys = runtime.accounts.keys
+    key = keys.public(keys.queue_account(queue.id))
+    notice = jwt.encode({"sub": keys.public(keys.operator),
+                         "nats": {"type": "generic", "version": 2, "accounts": [key]}}, keys.operator)
+    await runtime.conn.delete_accounts(notice)
+    assert key not in await runtime.conn.list_accounts()
+
+    async def back():
+        return key in await runtime.conn.list_accounts()
+
+    await eventually(back, timeout=10)  # the next resync gives the broker its claims again
+    await eventually(lambda: ready(runtime, "gone-jwt"), timeout=10)
 
 
 async def test_drift_that_cannot_be_repaired_in_place_is_errored_with_the_reason(runtime):
@@ -60,7 +72,6 @@ async def test_drift_that_cannot_be_repaired_in_place_is_errored_with_the_reason
     await eventually(lambda: ready(runtime, "broken"), timeout=10)
     js = runtime.conn.queue_js(queue.id)
     stream = queue.id.upper()
-    # the pool's refill may be reloading the broker: its API answers "no responders" for a moment
     await retry_unavailable(lambda: js.delete_stream(stream))
     await retry_unavailable(lambda: js.add_stream(name=stream, subjects=[queue.subject],
                                                   retention=api.RetentionPolicy.LIMITS))

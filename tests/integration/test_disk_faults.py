@@ -151,7 +151,7 @@ async def drain(creds) -> set[int]:
 
 async def test_a_stack_starts_on_a_200_mib_filesystem_and_serves_a_queue(tmp_path):
     with tmpfs(tmp_path / "disk", "200m") as disk:
-        stack = EnclaveStack.start(disk / "home", {"ENCLAVE_ACCOUNT_POOL": "4"})
+        stack = EnclaveStack.start(disk / "home")
         try:
             creds = make_queue(stack, "orders")  # the default max_bytes: 64 MiB
             async with connect(creds) as queue:

@@ -22,7 +22,7 @@ async def state_of(creds):
     nc = await client.connect(creds)
     try:
         js = nc.jetstream()
-        # retried: a configuration reload (another test's queue) briefly leaves the API unanswered
+        # retried: a just-made account's JetStream may not answer for a moment
         stream = await retry_unavailable(lambda: js.stream_info(creds["stream"]))
         consumer = await retry_unavailable(lambda: js.consumer_info(creds["stream"], creds["consumer"]))
         return (stream.state.messages, stream.state.last_seq, stream.state.consumer_count,
@@ -106,7 +106,7 @@ async def test_a_users_own_operations_work_and_nothing_else_is_allowed(stack, un
         js = nc.jetstream(timeout=1)
         ack = await js.publish(a["subject"], b"mine")
         assert ack.stream == a["stream"]
-        # retried: the pool's refill after this create reloads the broker's configuration
+        # retried: the broker may still be loading the just-made account's JetStream
         info = await retry_unavailable(lambda: js.stream_info(a["stream"]))
         assert info.state.messages == 1
         # even its own stream cannot be purged or deleted by the app user

@@ -2,7 +2,6 @@
 apply in place to the live stream and consumer."""
 
 import asyncio
-import json
 
 import nats.js.errors
 import pytest
@@ -12,11 +11,14 @@ from enclave_queue.client import connect
 from enclave_queue.errors import NotFound, Unauthorized
 from enclave_queue.retry import retry_unavailable
 from enclave_queue.spec import HEADER_ROOM
-from tests.helpers import control_connection, eventually, make_queue
-
-
-def broker_accounts(stack):
-    return set(json.loads((stack.home / "broker" / "nats.conf").read_text())["accounts"])
+from tests.helpers import (
+    account_on_broker,
+    account_refuses_logins,
+    account_store,
+    eventually,
+    make_queue,
+    queue_account_connection,
+)
 
 
 async def test_delete_cuts_the_user_removes_everything_and_a_recreated_queue_starts_empty(stack, unique_name):
@@ -28,8 +30,8 @@ async def test_delete_cuts_the_user_removes_everything_and_a_recreated_queue_sta
     async with connect(creds) as queue:
         queue._nc._disconnected_cb = lambda: disconnected.set() or asyncio.sleep(0)
         await queue.send_batch(["old"] * 3)
-        assert queue_id in broker_accounts(stack)
-        assert (stack.home / "broker" / "jetstream" / queue_id).is_dir()
+        assert account_on_broker(stack, queue_id)
+        assert account_store(stack, queue_id).is_dir()
 
         with stack.admin() as admin:
             admin.delete_queue("default", unique_name)
@@ -42,11 +44,9 @@ async def test_delete_cuts_the_user_removes_everything_and_a_recreated_queue_sta
 
     with pytest.raises(Unauthorized):
         await connect(creds)
-    assert queue_id not in broker_accounts(stack)
-    assert not (stack.home / "broker" / "jetstream" / queue_id).exists()
-    async with control_connection(stack) as nc:
-        with pytest.raises(nats.js.errors.ServiceUnavailableError):  # no account answers any more
-            await nc.jetstream(prefix=f"jsapi.{queue_id}", timeout=1).stream_info(creds["stream"])
+    assert not account_on_broker(stack, queue_id)
+    assert not account_store(stack, queue_id).exists()
+    assert await account_refuses_logins(stack, queue_id)  # the account is gone from the broker
 
     fresh = make_queue(stack, unique_name)
     assert fresh["username"] != creds["username"] and fresh["password"] != creds["password"]
@@ -58,8 +58,8 @@ async def test_a_stream_deleted_behind_the_controllers_back_comes_back_and_works
     creds = make_queue(stack, unique_name)
     with stack.admin() as admin:
         queue_id = admin.get_queue("default", unique_name)["id"]
-    async with control_connection(stack) as nc:
-        js = nc.jetstream(prefix=f"jsapi.{queue_id}")
+    async with queue_account_connection(stack, queue_id) as nc:
+        js = nc.jetstream()
         await retry_unavailable(lambda: js.delete_stream(creds["stream"]))
         with pytest.raises(nats.js.errors.NotFoundError):
             await js.stream_info(creds["stream"])
@@ -83,8 +83,8 @@ async def test_a_consumer_changed_behind_the_controllers_back_is_put_back(stack,
     creds = make_queue(stack, unique_name, visibility_timeout_seconds=7, max_receives=4)
     with stack.admin() as admin:
         queue_id = admin.get_queue("default", unique_name)["id"]
-    async with control_connection(stack) as nc:
-        js = nc.jetstream(prefix=f"jsapi.{queue_id}")
+    async with queue_account_connection(stack, queue_id) as nc:
+        js = nc.jetstream()
         info = await retry_unavailable(lambda: js.consumer_info(creds["stream"], "worker"))
         changed = info.config
         changed.ack_wait = 99
@@ -118,8 +118,8 @@ async def test_update_applies_in_place_to_the_live_stream_and_consumer(stack, un
         admin.wait_ready("default", unique_name)
         status = admin.queue_status("default", unique_name)
         assert status["generation"] == status["observed_generation"] == 2
-    async with control_connection(stack) as nc:
-        js = nc.jetstream(prefix=f"jsapi.{queue_id}")
+    async with queue_account_connection(stack, queue_id) as nc:
+        js = nc.jetstream()
         stream = await retry_unavailable(lambda: js.stream_info(creds["stream"]))
         consumer = await retry_unavailable(lambda: js.consumer_info(creds["stream"], "worker"))
     assert (stream.config.max_age, stream.config.max_msg_size) == (3600, 2048 + HEADER_ROOM)

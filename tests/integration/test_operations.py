@@ -4,15 +4,18 @@ behind the controller's back, and the CLI ignoring a dead server's runtime file.
 import base64
 import json
 import os
-import signal
+from pathlib import Path
 
 import httpx
 import pytest
 
+from enclave_queue.auth import jwt
+from enclave_queue.auth.keys import OperatorKeys
+from enclave_queue.auth.secrets import MasterKey
 from enclave_queue.client import connect
-from enclave_queue.errors import Unauthorized
-from enclave_queue.settings import ClientSettings
-from tests.helpers import eventually, make_queue
+from enclave_queue.errors import SpecError, Unauthorized
+from enclave_queue.settings import ClientSettings, EnclaveSettings
+from tests.helpers import eventually, make_queue, system_connection
 
 
 def test_deleting_the_admin_token_file_rotates_the_token(enclave_stack_factory, tmp_path):
@@ -38,15 +41,17 @@ def test_a_master_key_that_does_not_open_the_data_dir_stops_the_start(enclave_st
         enclave_stack_factory(home=home, env={"ENCLAVE_MASTER_KEY": other_key})
 
 
-async def test_a_user_removed_from_the_broker_config_comes_back(enclave_stack_factory):
+async def test_an_account_removed_from_the_broker_comes_back(enclave_stack_factory):
     # repairs come with the resync: a few seconds apart, so the broken state is seen before it
     stack = enclave_stack_factory(env={"ENCLAVE_RESYNC_SECONDS": "4"})
     creds = make_queue(stack, "tampered")
-    conf = stack.home / "broker" / "nats.conf"
-    config = json.loads(conf.read_text())
-    config["accounts"][creds["username"]]["users"] = []  # the queue user, gone
-    conf.write_text(json.dumps(config))
-    os.kill(stack.broker_pid, signal.SIGHUP)
+    keys = OperatorKeys(MasterKey.load_or_create(stack.home))
+    gone = jwt.encode({"sub": keys.public(keys.operator), "nats": {
+        "type": "generic", "version": 2, "accounts": [keys.public(keys.queue_account(creds["username"]))]}},
+        keys.operator)
+    async with system_connection(stack) as nc:  # the account, gone from the broker
+        answer = json.loads((await nc.request("$SYS.REQ.CLAIMS.DELETE", gone.encode(), timeout=2)).data)
+    assert "error" not in answer, answer
 
     async def refused():
         try:
@@ -66,7 +71,7 @@ async def test_a_user_removed_from_the_broker_config_comes_back(enclave_stack_fa
         except Unauthorized:
             return False
 
-    await eventually(works, timeout=15)  # the next resync rewrites the configuration
+    await eventually(works, timeout=15)  # the next resync gives the broker the account's claims again
 
 
 def test_the_cli_ignores_the_runtime_file_of_a_dead_server(tmp_path):
@@ -87,3 +92,18 @@ def test_a_stack_that_has_run_a_while_stops_cleanly_on_sigterm(enclave_stack_fac
     time.sleep(6)  # past the mover's 5 s fetch cycle
     assert stack.stop() == 0
     assert "Stopping" in stack.log_path.read_text()
+
+
+async def test_the_broker_runs_under_the_memory_setting(enclave_stack_factory):
+    stack = enclave_stack_factory(env={"ENCLAVE_BROKER_MEMORY": "256MiB"})
+    raw = Path(f"/proc/{stack.broker_pid}/environ").read_text()
+    environ = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+    assert environ["GOMEMLIMIT"] == f"{256 << 20}B"
+    async with system_connection(stack) as nc:
+        reply = await nc.request("$SYS.REQ.SERVER.PING.JSZ", b"{}", timeout=2)
+    assert json.loads(reply.data)["data"]["config"]["max_memory"] == 64 << 20  # a quarter of it
+
+
+def test_a_broker_memory_below_the_least_is_refused():
+    with pytest.raises(SpecError, match="ENCLAVE_BROKER_MEMORY must be at least 64MiB"):
+        EnclaveSettings.from_env({"ENCLAVE_BROKER_MEMORY": "10MiB"})

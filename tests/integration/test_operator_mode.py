@@ -1,7 +1,7 @@
 """Operator mode on the nats-server we ship: accounts pushed as JWTs (no reload), password logins
 through the auth callout, signing keys a password version, and what is refused.
 
-The broker runs the configuration broker/operator.py renders; the control plane's users are made
+The broker runs the configuration broker/config.py renders; the control plane's users are made
 from the same derived keys, the callout is controller/callout.py's, and each queue account's
 claims are broker/claims.py's.
 """
@@ -30,7 +30,7 @@ from enclave_queue.auth.keys import OperatorKeys
 from enclave_queue.auth.secrets import MasterKey, hash_password
 from enclave_queue.auth.users import app_permissions
 from enclave_queue.broker.claims import app_user, control_user, queue_account
-from enclave_queue.broker.operator import OperatorConfig, render
+from enclave_queue.broker.config import BrokerConfig, render
 from enclave_queue.broker.supervisor import child_env, free_port, nats_server_binary
 from enclave_queue.controller.callout import Callout
 from enclave_queue.names import CONSUMER, inbox_prefix, stream_name
@@ -43,7 +43,7 @@ class Broker:
         self.keys = OperatorKeys(MasterKey(os.urandom(32)))
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
-        config = OperatorConfig(host="127.0.0.1", port=self.port, store_dir=root / "js", resolver_dir=root / "jwt",
+        config = BrokerConfig(host="127.0.0.1", port=self.port, store_dir=root / "js",
                                 log_file=root / "nats.log", sync="always", max_file_store=256 << 20)
         (root / "nats.conf").write_text(render(config, self.keys))
         self.log = root / "nats.log"

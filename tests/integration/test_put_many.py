@@ -8,7 +8,7 @@ import pytest
 from enclave_queue.client import connect, connect_sync
 from enclave_queue.errors import EnclaveError, MessageTooLarge, QueueFull, SpecError
 from enclave_queue.retry import retry_unavailable
-from tests.helpers import control_connection, eventually, make_queue
+from tests.helpers import eventually, make_queue, queue_account_connection
 
 
 async def test_put_many_returns_the_ids_in_order_and_stores_every_message(stack, unique_name):
@@ -78,8 +78,8 @@ async def test_a_stream_without_allow_atomic_is_a_clear_error_and_the_controller
     creds = make_queue(stack, unique_name)
     with stack.admin() as admin:
         queue_id = admin.get_queue("default", unique_name)["id"]
-    async with control_connection(stack) as nc, connect(creds) as queue:
-        js = nc.jetstream(prefix=f"jsapi.{queue_id}")
+    async with queue_account_connection(stack, queue_id) as nc, connect(creds) as queue:
+        js = nc.jetstream()
         stream = await retry_unavailable(lambda: js.stream_info(creds["stream"]))
         assert stream.config.allow_atomic is True
         stream.config.allow_atomic = False

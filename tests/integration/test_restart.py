@@ -3,7 +3,6 @@ killed while a producer publishes is restarted and loses no acknowledged message
 process killed mid-reconcile converges when started again, with nothing orphaned."""
 
 import asyncio
-import json
 import os
 import signal
 
@@ -12,6 +11,8 @@ import nats.errors
 import nats.js.errors
 import pytest
 
+from enclave_queue.auth.keys import OperatorKeys
+from enclave_queue.auth.secrets import MasterKey
 from enclave_queue.client import connect
 from tests.conftest import files_under
 from tests.helpers import eventually, make_queue
@@ -86,7 +87,7 @@ async def test_a_killed_broker_is_restarted_and_no_acknowledged_message_is_lost(
 
 async def test_a_control_process_killed_mid_reconcile_converges_with_nothing_orphaned(enclave_stack_factory, tmp_path):
     home = tmp_path / "home"
-    first = enclave_stack_factory(home=home, env={"ENCLAVE_ACCOUNT_POOL": "0"})
+    first = enclave_stack_factory(home=home)
     with first.admin() as admin:
         admin.create_queue("default", {"name": "stays"})
         admin.wait_ready("default", "stays")
@@ -97,17 +98,20 @@ async def test_a_control_process_killed_mid_reconcile_converges_with_nothing_orp
         admin.delete_queue("default", "goes")
     first.kill()  # SIGKILL while the creates and the delete are in flight
 
-    second = enclave_stack_factory(home=home, env={"ENCLAVE_ACCOUNT_POOL": "0"})
+    second = enclave_stack_factory(home=home)
     with second.admin() as admin:
         admin.wait_deleted("default", "goes", timeout=20)
         for name in ["stays"] + [f"burst-{i}" for i in range(6)]:
             admin.wait_ready("default", name, timeout=20)
         ids = {q["id"] for q in admin.list_queues("default")}
     assert len(ids) == 7
-    config_accounts = set(json.loads((home / "broker" / "nats.conf").read_text())["accounts"]) - {"SYS", "CONTROL"}
-    assert config_accounts == ids
-    store_accounts = {p.name for p in (home / "broker" / "jetstream").iterdir()} - {"CONTROL", "SYS", "$G", "$SYS"}
-    assert store_accounts <= ids
+    keys = OperatorKeys(MasterKey.load_or_create(home))
+    queue_keys = {keys.public(keys.queue_account(queue_id)) for queue_id in ids}
+    platform = {keys.public(keys.platform_account(role)) for role in ("system", "control", "auth")}
+    on_broker = {p.name.removesuffix(".jwt") for p in (home / "broker" / "accounts").glob("*.jwt")} - platform
+    assert on_broker == queue_keys  # the deleted queue's account went, no spare or orphan stayed
+    store_accounts = {p.name for p in (home / "broker" / "jetstream").iterdir()} - platform
+    assert store_accounts <= queue_keys
 
 
 async def test_no_plaintext_password_under_the_data_dir_or_in_the_logs(enclave_stack_factory, tmp_path):

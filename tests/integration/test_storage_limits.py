@@ -67,7 +67,7 @@ async def test_max_bytes_can_grow_in_place(stack, unique_name):
 
 
 async def test_a_queue_that_does_not_fit_in_the_store_is_refused(enclave_stack_factory, unique_name):
-    stack = enclave_stack_factory({"ENCLAVE_MAX_FILE_STORE": "1G", "ENCLAVE_ACCOUNT_POOL": "1"})
+    stack = enclave_stack_factory({"ENCLAVE_MAX_FILE_STORE": "1G"})
     with stack.admin() as admin:
         with pytest.raises(StorageFull, match="max_bytes"):
             admin.create_queue("default", {"name": unique_name, "max_bytes": 600 * MIB})

@@ -155,7 +155,7 @@ async def test_a_port_taken_after_the_check_is_named_and_the_started_broker_is_s
         taken.listen()
         port = taken.getsockname()[1]
         settings = EnclaveSettings.from_env({"ENCLAVE_HOME": str(home), "ENCLAVE_API_PORT": str(port),
-                                             "ENCLAVE_BROKER_PORT": "0", "ENCLAVE_ACCOUNT_POOL": "0"})
+                                             "ENCLAVE_BROKER_PORT": "0"})
         with pytest.raises(server.PortInUse, match=rf"^port 127\.0\.0\.1:{port} is already in use \(ENCLAVE_API_PORT\); "):
             await server.serve(settings, announce=lambda line: None)
     assert (home / "admin-token").exists()  # it got as far as a running broker and the state store

@@ -39,8 +39,8 @@ function describe(err) {
   return out;
 }
 
-/** Nobody answered (no responders, a 503 status or API error): JetStream briefly stops answering
- * during a broker configuration reload. */
+/** Nobody answered (no responders, a 503 status or API error): a just-made queue's JetStream may
+ * not answer for a moment. */
 function unavailable(err) {
   for (let e = err; e instanceof Error; e = e.cause) {
     if (e.code === 503 || e.status === 503 || /^no responders/i.test(e.message)) return true;

@@ -418,11 +418,20 @@ class Tofu:
         self.data_sources = {name: ObjectCodec(s) for name, s in schema.data_source_schemas.items()}
 
     def config(self, type_name: str, **values: Any) -> dict[str, Any]:
-        """A configuration object: the given attributes, every other one null."""
-        codec = self.resources.get(type_name) or self.data_sources[type_name]
+        """A resource's configuration object (a data source's when no resource has the name): the
+        given attributes, every other one null."""
+        return self._config(type_name, self.resources.get(type_name) or self.data_sources[type_name], values)
+
+    def data_config(self, type_name: str, **values: Any) -> dict[str, Any]:
+        """A data source's configuration object (its schema may differ from the resource's of the
+        same name): the given attributes, every other one null."""
+        return self._config(f"data.{type_name}", self.data_sources[type_name], values)
+
+    @staticmethod
+    def _config(what: str, codec: ObjectCodec, values: dict[str, Any]) -> dict[str, Any]:
         unknown = set(values) - set(codec.attrs)
         if unknown:
-            raise ProtocolError(f"{type_name} has no attributes {sorted(unknown)}")
+            raise ProtocolError(f"{what} has no attributes {sorted(unknown)}")
         return {**codec.null_object(), **values}
 
     def configure(self, **values: Any) -> list[Diag]:

@@ -9,13 +9,13 @@ from pathlib import Path
 import grpc
 import msgpack
 import pytest
-from enclave_provider.provider import EnclaveProvider
 from msgpack import ExtType
 from tf.gen import tfplugin_pb2 as pb
 from tf.gen import tfplugin_pb2_grpc
 from tf.provider import ProviderServicer
 from tf.utils import read_dynamic_value
 
+from enclave_provider.provider import EnclaveProvider
 from tests.provider.conftest import plain_env
 from tests.provider.harness import BINARY, UNKNOWN, Refined, Tofu, client_certificate, errors_of
 
@@ -24,6 +24,7 @@ ARGUMENTS = {"name", "project", "dead_letter_queue", "max_message_bytes", "max_r
              "max_messages", "max_bytes", "dedupe_window_seconds",
              "visibility_timeout_seconds", "retry_backoff_seconds", "priorities"}
 OUTPUTS = {"broker_url", "id", "internal_broker_url", "password_secret", "subject", "username"}
+ROTATION = {"password_version", "password_grace_seconds"}  #: the resource's only: arguments kept in its state
 
 
 def test_handshake_is_go_plugins_with_mutual_tls(start_provider):
@@ -61,10 +62,12 @@ def test_schema(start_provider):
     tofu = Tofu(start_provider())
     queue = tofu.resources[RESOURCE]
     assert queue.version == 0
-    assert set(queue.attrs) == ARGUMENTS | OUTPUTS
+    assert set(queue.attrs) == ARGUMENTS | ROTATION | OUTPUTS | {"password"}
     assert [n for n, a in queue.attrs.items() if a.required] == ["name"]
-    assert {n for n, a in queue.attrs.items() if a.optional} == ARGUMENTS - {"name"}
-    assert {n for n, a in queue.attrs.items() if a.computed and not a.optional} == OUTPUTS
+    assert {n for n, a in queue.attrs.items() if a.optional} == (ARGUMENTS | ROTATION) - {"name"}
+    assert {n for n, a in queue.attrs.items() if a.computed and not a.optional} == OUTPUTS | {"password"}
+    assert [n for n, a in queue.attrs.items() if a.sensitive] == ["password"]
+    assert queue.attrs["password_version"].type == queue.attrs["password_grace_seconds"].type == "number"
     assert queue.attrs["retry_backoff_seconds"].type == ["list", "number"]
     assert queue.attrs["max_receives"].type == "number" and queue.attrs["id"].type == "string"
     assert queue.attrs["priorities"].type == "bool"
@@ -87,12 +90,15 @@ def test_a_version_0_state_upgrades_without_warnings(start_provider):
     every refresh is quiet and the state always has exactly the schema's attributes."""
     tofu = Tofu(start_provider())
     codec = tofu.resources[RESOURCE]
-    state = {**codec.null_object(), "name": "emails", "project": "default", "max_receives": 3}
-    for stored in (state, {"name": "emails", "project": "default", "max_receives": 3, "removed": "x"}):
+    state = {**codec.null_object(), "name": "emails", "project": "default", "max_receives": 3,
+             "password_version": 1, "password_grace_seconds": 3600}
+    for stored in (state, {"name": "emails", "project": "default", "max_receives": 3, "removed": "x"},
+                   {**state, "password_version": None, "password_grace_seconds": None}):
         response = tofu.stub.UpgradeResourceState(pb.UpgradeResourceState.Request(
             type_name=RESOURCE, version=0, raw_state=pb.RawState(json=json.dumps(stored).encode())), timeout=10)
         assert list(response.diagnostics) == []
-        assert codec.decode(response.upgraded_state, "upgraded state") == state  # exactly the schema's attributes
+        # exactly the schema's attributes; a state from before the rotation's arguments gets their defaults
+        assert codec.decode(response.upgraded_state, "upgraded state") == state
 
 
 def test_refined_unknowns_are_unknown_and_come_back_as_sent(tofu: Tofu):
@@ -156,11 +162,11 @@ def test_provider_configuration_is_validated(start_provider):
 
 def test_an_unconfigured_or_unreachable_api_is_a_diagnostic(start_provider, tmp_path):
     tofu = Tofu(start_provider(env={"ENCLAVE_URL": "http://127.0.0.1:9", "ENCLAVE_TOKEN": "enq_nope"}))
-    _, diags = tofu.read_data("enclave_queue", tofu.config("enclave_queue", name="emails"))
+    _, diags = tofu.read_data("enclave_queue", tofu.data_config("enclave_queue", name="emails"))
     assert [d.summary for d in diags] == [
         "Unable to read queue 'emails': The provider was not configured (OpenTofu calls ConfigureProvider first)."]
     assert tofu.configure() == []
-    state, diags = tofu.read_data("enclave_queue", tofu.config("enclave_queue", name="emails"))
+    state, diags = tofu.read_data("enclave_queue", tofu.data_config("enclave_queue", name="emails"))
     (error,) = errors_of(diags)
     assert error.summary.startswith("Unable to read queue 'emails': Cannot reach the Enclave API at http://127.0.0.1:9")
     assert state is None and tofu.process.alive()

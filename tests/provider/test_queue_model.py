@@ -1,18 +1,21 @@
-"""The enclave_queue resource's pure layer, alone: validation, defaults and plan, state ↔ API."""
+"""The enclave_queue resource's pure layer, alone: validation, defaults and plan, the password's
+rotation, state ↔ API."""
 
 import pytest
-from enclave_provider import queue_model as model
 from tf.types import Unknown
+
+from enclave_provider import queue_model as model
 
 VALID = {"name": "emails", "project": None, "dead_letter_queue": None, "max_message_bytes": None,
          "max_receives": None, "retention_hours": None, "visibility_timeout_seconds": None,
          "max_messages": None, "max_bytes": None, "dedupe_window_seconds": None, "retry_backoff_seconds": None,
-         "priorities": None}
+         "priorities": None, "password_version": None, "password_grace_seconds": None}
 PRIOR = {**VALID, "project": "default", "max_message_bytes": 262144, "max_receives": 0, "retention_hours": 96,
          "visibility_timeout_seconds": 30, "max_messages": 0, "max_bytes": 64 << 20, "dedupe_window_seconds": 3600,
          "priorities": False, "broker_url": "nats://127.0.0.1:4222", "id": "qabc",
          "internal_broker_url": "nats://es-system-broker:4222", "password_secret": "emails-password",
-         "subject": "queue.default.emails", "username": "qabc"}
+         "subject": "queue.default.emails", "username": "qabc", "password": "old-password", "password_version": 1,
+         "password_grace_seconds": 3600}
 
 
 @pytest.mark.parametrize(("field", "value", "path", "fragment"), [
@@ -38,6 +41,12 @@ PRIOR = {**VALID, "project": "default", "max_message_bytes": 262144, "max_receiv
     ("retry_backoff_seconds", [5] * 21, ("retry_backoff_seconds",), "(got 21 entries)"),
     ("retry_backoff_seconds", [5, 0, 30], ("retry_backoff_seconds", 1), "retry_backoff_seconds[1]"),
     ("retry_backoff_seconds", [43201], ("retry_backoff_seconds", 0), "from 1 to 43200"),
+    ("password_version", 0, ("password_version",), "must be a whole number from 1 to 9007199254740991 (got 0)"),
+    ("password_version", 2.5, ("password_version",), "(got 2.5)"),
+    ("password_version", 2**53, ("password_version",), "(got 9007199254740992)"),
+    ("password_grace_seconds", -1, ("password_grace_seconds",), "must be an integer from 0 to 604800 (7 days) (got -1)"),
+    ("password_grace_seconds", 604801, ("password_grace_seconds",), "(got 604801)"),
+    ("password_grace_seconds", 0.5, ("password_grace_seconds",), "(got 0.5)"),
 ])
 def test_each_rule_names_its_attribute(field, value, path, fragment):
     (problem,) = model.validate({**VALID, field: value})
@@ -191,7 +200,8 @@ def test_state_from_the_api_has_every_attribute():
     queue = {**PRIOR, "retry_backoff_seconds": (5, 30), "extra": "ignored"}
     state = model.state_from_api(queue)
     assert set(state) == set(model.ATTRIBUTES) and state["retry_backoff_seconds"] == [5, 30]
-    assert model.conform({"name": "x", "gone": 1}) == {**dict.fromkeys(model.ATTRIBUTES), "name": "x"}
+    assert model.conform({"name": "x", "gone": 1}) == {**dict.fromkeys(model.RESOURCE_ATTRIBUTES), "name": "x",
+                                                       "password_version": 1, "password_grace_seconds": 3600}
 
 
 @pytest.mark.parametrize(("import_id", "expected"), [
@@ -206,3 +216,61 @@ def test_import_ids(import_id, expected):
 def test_bad_import_ids(import_id):
     with pytest.raises(ValueError, match="must be '<project>/<name>' or '<name>'"):
         model.parse_import_id(import_id, "default")
+
+
+# -- the password's rotation ------------------------------------------------------------------------
+
+
+def test_create_plans_the_rotation_defaults_and_an_unknown_password():
+    planned, _ = model.plan(None, VALID, dict(VALID), "default")
+    assert (planned["password_version"], planned["password_grace_seconds"]) == (1, 3600)
+    assert planned["password"] is Unknown
+
+
+@pytest.mark.parametrize("version", [2, 7, 2.0, Unknown])
+def test_a_raised_or_unknown_version_rotates_keeping_the_stable_outputs(version):
+    config = {**VALID, "password_version": version}
+    planned, replace = model.plan(PRIOR, config, {**PRIOR, "password_version": version}, "default")
+    assert replace == [] and model.rotates(PRIOR, planned)
+    assert planned["password"] is Unknown and planned["password_version"] is version
+    assert {o: planned[o] for o in model.STABLE_OUTPUTS} == {o: PRIOR[o] for o in model.STABLE_OUTPUTS}
+    assert model.refused_changes(PRIOR, planned) == []
+
+
+def test_an_unchanged_version_rotates_nothing():
+    config = {**VALID, "password_version": 1}
+    planned, _ = model.plan(PRIOR, config, {**PRIOR, "password_version": 1}, "default")
+    assert planned == PRIOR and not model.rotates(PRIOR, planned)
+
+
+def test_a_new_grace_alone_keeps_every_output_and_the_password():
+    config = {**VALID, "password_grace_seconds": 60}
+    planned, replace = model.plan(PRIOR, config, {**PRIOR, "password_grace_seconds": 60}, "default")
+    assert replace == [] and planned == {**PRIOR, "password_grace_seconds": 60} and not model.rotates(PRIOR, planned)
+
+
+def test_a_settings_change_without_a_rotation_keeps_the_password():
+    config = {**VALID, "max_receives": 3}
+    planned, _ = model.plan(PRIOR, config, {**PRIOR, "max_receives": 3}, "default")
+    assert planned["password"] == "old-password" and planned["broker_url"] is Unknown
+
+
+def test_a_lowered_version_is_refused_naming_the_attribute():
+    prior = {**PRIOR, "password_version": 3}
+    planned, _ = model.plan(prior, VALID, dict(prior), "default")  # the line removed: back to 1
+    [problem] = model.refused_changes(prior, planned)
+    assert (problem.path, problem.summary) == (("password_version",), "Invalid password_version")
+    assert problem.detail.startswith("password_version cannot be lowered on queue 'emails' (from 3 to 1)")
+    # a replaced queue starts again with a new password: any version will do
+    planned, replace = model.plan(prior, {**VALID, "name": "emails-2"}, {**prior, "name": "emails-2"}, "default")
+    assert replace == ["name"] and model.refused_changes(prior, planned) == []
+
+
+def test_a_state_keeps_its_rotation_arguments_and_an_old_one_gets_the_defaults():
+    queue = {k: PRIOR[k] for k in model.ATTRIBUTES}
+    state = model.resource_state(queue, "new-password", {"password_version": 4, "password_grace_seconds": 0})
+    assert set(state) == set(model.RESOURCE_ATTRIBUTES)
+    assert (state["password"], state["password_version"], state["password_grace_seconds"]) == ("new-password", 4, 0)
+    assert model.resource_state(queue, "p", {})["password_version"] == 1  # an import
+    old = model.conform(queue)  # a state stored before the rotation's arguments existed
+    assert (old["password"], old["password_version"], old["password_grace_seconds"]) == (None, 1, 3600)

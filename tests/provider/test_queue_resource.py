@@ -2,17 +2,17 @@
 shared running stack: what each plan and apply does on the broker, and every API error as a
 diagnostic. Each step that OpenTofu runs as a separate command gets a fresh provider process."""
 
-import json
 
 import nats.js.api
 import nats.js.errors
 import pytest
 
+from enclave_provider import queue_model as model
 from enclave_queue.errors import NotFound
 from enclave_queue.names import CONSUMER, stream_name
 from enclave_queue.retry import retry_unavailable
 from enclave_queue.spec import HEADER_ROOM
-from tests.helpers import control_connection, make_queue
+from tests.helpers import account_on_broker, account_refuses_logins, account_store, make_queue, queue_account_connection
 from tests.provider.harness import UNKNOWN, errors_of
 
 Q = "enclave_queue"
@@ -20,18 +20,16 @@ Q = "enclave_queue"
 
 async def broker_objects(stack, queue_id):
     """The queue's stream and consumer configs, read on the broker itself."""
-    async with control_connection(stack) as nc:
-        js = nc.jetstream(prefix=f"jsapi.{queue_id}")
+    async with queue_account_connection(stack, queue_id) as nc:
+        js = nc.jetstream()
         stream = await retry_unavailable(lambda: js.stream_info(stream_name(queue_id)))
         consumer = await retry_unavailable(lambda: js.consumer_info(stream_name(queue_id), CONSUMER))
         return stream.config, consumer.config
 
 
 async def assert_gone_from_broker(stack, queue_id):
-    assert queue_id not in json.loads((stack.home / "broker" / "nats.conf").read_text())["accounts"]
-    async with control_connection(stack) as nc:
-        with pytest.raises(nats.js.errors.ServiceUnavailableError):  # no account answers any more
-            await nc.jetstream(prefix=f"jsapi.{queue_id}", timeout=1).stream_info(stream_name(queue_id))
+    assert not account_on_broker(stack, queue_id)
+    assert await account_refuses_logins(stack, queue_id)  # the account is gone from the broker
 
 
 async def test_plan_then_apply_in_a_fresh_process_creates_the_queue_on_the_broker(stack, new_tofu, unique_name):
@@ -50,7 +48,9 @@ async def test_plan_then_apply_in_a_fresh_process_creates_the_queue_on_the_broke
     with stack.admin() as admin:
         queue = admin.get_queue("default", unique_name)
         assert admin.queue_status("default", unique_name)["state"] == "Ready"
-    assert state == {**queue, "retry_backoff_seconds": None}
+        password = admin.credentials("default", unique_name)["password"]
+    assert state == {**queue, "retry_backoff_seconds": None, "password": password, "password_version": 1,
+                     "password_grace_seconds": 3600}
     assert state["subject"] == f"queue.default.{unique_name}" and state["password_secret"] == f"{unique_name}-password"
 
     stream, consumer = await broker_objects(stack, state["id"])
@@ -147,7 +147,7 @@ async def test_destroy_leaves_nothing_behind(stack, tofu, unique_name):
             admin.read_secret("default", f"{unique_name}-password")
     for state in (queue, dlq):
         await assert_gone_from_broker(stack, state["id"])
-        assert not (stack.home / "broker" / "jetstream" / state["id"]).exists()
+        assert not account_store(stack, state["id"]).exists()
 
 
 def test_api_errors_are_diagnostics_and_the_provider_keeps_serving(stack, tofu, unique_name):
@@ -187,7 +187,7 @@ def test_priorities_turn_on_but_a_plan_to_turn_them_off_is_an_error(stack, tofu,
         assert f"priorities cannot be turned off on queue '{unique_name}'" in error.detail
         assert plan.planned is None
     assert tofu.plan(Q, state, tofu.config(Q, name=unique_name, priorities=True)).planned == state
-    queue, diags = tofu.read_data(Q, tofu.config(Q, name=unique_name))
+    queue, diags = tofu.read_data(Q, tofu.data_config(Q, name=unique_name))
     assert diags == [] and queue["priorities"] is True
     tofu.destroy(Q, state)
 
@@ -202,11 +202,12 @@ def test_priorities_turn_on_but_a_plan_to_turn_them_off_is_an_error(stack, tofu,
 
 def test_data_sources_wire_a_queues_password_into_an_app(stack, tofu, unique_name):
     state = tofu.create(Q, name=unique_name, visibility_timeout_seconds=9)
-    queue, diags = tofu.read_data(Q, tofu.config(Q, name=unique_name))
-    assert diags == [] and queue == state
+    queue, diags = tofu.read_data(Q, tofu.data_config(Q, name=unique_name))
+    assert diags == [] and queue == {k: v for k, v in state.items() if k in model.ATTRIBUTES}
     secret, diags = tofu.read_data("enclave_secret", tofu.config("enclave_secret", name=queue["password_secret"]))
     with stack.admin() as admin:
         assert diags == [] and secret["value"] == admin.credentials("default", unique_name)["password"]
+    assert secret["value"] == state["password"]  # the resource's own password output: the same value
     assert secret["project"] == "default"
 
     missing, diags = tofu.read_data("enclave_secret", tofu.config("enclave_secret", name="nope-password"))
@@ -234,8 +235,8 @@ def test_the_environment_configures_the_provider(stack, start_provider, unique_n
 async def test_an_apply_that_ends_errored_fails_with_the_status_message(stack, tofu, unique_name):
     state = tofu.create(Q, name=unique_name)
     stream = stream_name(state["id"])
-    async with control_connection(stack) as nc:  # a change the controller cannot repair in place
-        js = nc.jetstream(prefix=f"jsapi.{state['id']}")
+    async with queue_account_connection(stack, state['id']) as nc:  # a change the controller cannot repair in place
+        js = nc.jetstream()
         await retry_unavailable(lambda: js.delete_stream(stream))
         await retry_unavailable(lambda: js.add_stream(name=stream, subjects=[state["subject"]],
                                                       retention=nats.js.api.RetentionPolicy.LIMITS))

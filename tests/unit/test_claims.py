@@ -14,7 +14,7 @@ from enclave_queue.broker.claims import (
     queue_account,
     sentinel_user,
 )
-from enclave_queue.broker.operator import OperatorConfig, build, render
+from enclave_queue.broker.config import BrokerConfig, build, render
 from enclave_queue.broker.upgrade import upgrade_store
 
 ACCOUNT, CONTROL = "A" + "Q" * 55, "A" + "C" * 55
@@ -76,7 +76,7 @@ def test_the_sentinel_may_do_nothing_and_the_auth_account_only_calls_out():
 
 def test_the_rendered_config_holds_no_seed(tmp_path):
     keys = OperatorKeys(MasterKey(os.urandom(32)))
-    config = OperatorConfig(host="127.0.0.1", port=4222, store_dir=tmp_path / "js", resolver_dir=tmp_path / "jwt",
+    config = BrokerConfig(host="127.0.0.1", port=4222, store_dir=tmp_path / "js",
                             log_file=tmp_path / "log", sync="always", max_file_store=1 << 30)
     text = render(config, keys)
     assert '"S' not in text.replace('"SYS"', "")  # nkey seeds start with S

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from enclave_queue.auth.keys import OperatorKeys
 from enclave_queue.auth.secrets import MasterKey
 from enclave_queue.broker.config import (
     CONTROL_STREAM_BYTES,
     FULL_CONTROL_BYTES,
-    AccountEntry,
     BrokerConfig,
-    build,
     control_reserve,
     control_stream_bytes,
     render,
@@ -27,7 +26,7 @@ from enclave_queue.settings import EnclaveSettings
 
 MIB = 1 << 20
 BASE = BrokerConfig(host="127.0.0.1", port=4999, store_dir=Path("/data/js"), log_file=Path("/data/log"),
-                    sync="always", system_nkey="USYS", control_nkey="UCTL", accounts=(AccountEntry("qone", "h"),))
+                    sync="always")
 
 
 @pytest.mark.parametrize(("store_mib", "streams_mib", "reserve_mib"), [
@@ -97,37 +96,14 @@ def test_store_health_says_why_puts_are_refused():
     assert "failed to write (write error: no space left on device)" in broken.problem
 
 
-def test_a_frozen_queue_account_maps_its_puts_to_the_control_planes_refusal():
-    normal, ready, frozen = (build(BrokerConfig(**{**BASE.__dict__, "refusal": step})) for step in ("off", "ready", "frozen"))
-    account = frozen["accounts"]["qone"]
-    assert account["mappings"] == {"queue.>": "refused.>"}
-    # the step before and after: the user may publish there and it reaches the control plane, but
-    # nothing is mapped yet (nats-server checks permissions after the mapping, and a reload applies
-    # both in no set order)
-    assert "mappings" not in ready["accounts"]["qone"]
-    for config in (ready, frozen):
-        queue = config["accounts"]["qone"]
-        assert {"service": {"account": "CONTROL", "subject": "refused.qone.>"}, "to": "refused.>"} in queue["imports"]
-        assert "refused.>" in queue["users"][0]["permissions"]["publish"]["allow"]
-        assert {"service": "refused.*.>"} in config["accounts"]["CONTROL"]["exports"]
-        assert queue["jetstream"] == normal["accounts"]["qone"]["jetstream"]
-        assert queue["exports"] == normal["accounts"]["qone"]["exports"]
-    # the normal configuration has none of it
-    assert "mappings" not in normal["accounts"]["qone"]
-    assert "refused.>" not in normal["accounts"]["qone"]["users"][0]["permissions"]["publish"]["allow"]
-    assert {"service": "refused.*.>"} not in normal["accounts"]["CONTROL"]["exports"]
-
-
-@pytest.mark.parametrize("refusal", ["off", "ready", "frozen"])
-async def test_nats_server_accepts_every_step_of_the_freeze(tmp_path, refusal):
-    """As the supervisor checks every configuration before it is used (a service import under the
-    queue's own exported subjects, say, would be refused as a cycle)."""
+@pytest.mark.parametrize("sync", ["always", "interval"])
+async def test_nats_server_accepts_the_operator_mode_configuration(tmp_path, sync):
+    """As the supervisor checks every configuration before it is used (frozen or not, a queue
+    account is claims pushed later: the file is the same; broker/claims.py tests the claims)."""
     path = tmp_path / "nats.conf"
-    key = MasterKey.load_or_create(tmp_path)
-    path.write_text(render(BrokerConfig(**{
-        **BASE.__dict__, "store_dir": tmp_path / "js", "log_file": tmp_path / "log", "refusal": refusal,
-        "system_nkey": key.nkey("system").public, "control_nkey": key.nkey("control").public,
-        "accounts": (AccountEntry("qone", "$2b$06$" + "a" * 53), AccountEntry("qtwo", "$2b$06$" + "b" * 53))})))
+    keys = OperatorKeys(MasterKey.load_or_create(tmp_path))
+    path.write_text(render(BrokerConfig(**{**BASE.__dict__, "store_dir": tmp_path / "js", "log_file": tmp_path / "log",
+                                           "sync": sync, "max_file_store": 256 * MIB}), keys))
     await Supervisor(path, "127.0.0.1", 4999).validate(path)
 
 

@@ -1,4 +1,4 @@
-"""Queue declarations: ``/v1/projects/{project}/queues[/{name}[/status|/credentials]]``.
+"""Queue declarations: ``/v1/projects/{project}/queues[/{name}[/status|/credentials|/rotate-password]]``.
 
 Create and update take their bodies as plain JSON objects and check them with ``parse_spec`` and
 ``parse_patch`` (strict types, every bad field named with its rule); the OpenAPI document
@@ -6,12 +6,12 @@ describes those bodies with the QueueSpec and QueuePatch schemas (api/openapi.py
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from fastapi import APIRouter, Body, Query, Response
 
 from ...errors import field_error
-from ...spec import MAX_STATUS_WAIT, STATUS_WAIT_RULE, Queue, parse_patch, parse_spec
+from ...spec import DEFAULT_GRACE, MAX_STATUS_WAIT, STATUS_WAIT_RULE, Queue, parse_patch, parse_spec
 from ..auth import SECRET_READ
 from ..deps import Service
 
@@ -75,6 +75,19 @@ async def queue_status(project: str, name: str, service: Service,
 async def queue_credentials(project: str, name: str, service: Service, response: Response) -> dict[str, str]:
     response.headers["Cache-Control"] = "no-store"
     return await service.credentials(project, name)
+
+
+@router.post("/{name}/rotate-password", dependencies=[SECRET_READ])
+async def rotate_password(project: str, name: str, service: Service, response: Response,
+                          body: Optional[dict[str, Any]] = Body(None)) -> dict[str, Any]:
+    """A new password for the queue's apps (``grace_seconds``, default 3600: how long the current one
+    keeps logging in); answers the new credentials."""
+    body = body or {}
+    unknown = sorted(set(body) - {"grace_seconds"})
+    if unknown:
+        raise field_error(unknown[0], "is not a field of a rotation (only grace_seconds is)")
+    response.headers["Cache-Control"] = "no-store"
+    return await service.rotate_password(project, name, body.get("grace_seconds", DEFAULT_GRACE))
 
 
 @router.get("/{name}/stats")

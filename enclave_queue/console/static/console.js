@@ -381,7 +381,7 @@ function deadLettersTab(section) {
 function credentialsTab(section) {
   const password = section.querySelector("[data-password]");
   const reveal = section.querySelector("[data-reveal]");
-  reveal.addEventListener("click", async () => {
+  async function show() {
     try {
       const creds = await api("GET", section.dataset.credentials);
       password.textContent = creds.password;
@@ -390,7 +390,9 @@ function credentialsTab(section) {
     } catch (problem) {
       password.textContent = problem.message;
     }
-  });
+  }
+  reveal.addEventListener("click", show);
+  if (section.querySelector("[data-rotated]")) show();  // just rotated: the new password is what is wanted
   for (const button of section.querySelectorAll("[data-copy]")) {
     button.addEventListener("click", async () => {
       const ok = await copyText(document.getElementById(button.dataset.copy).textContent);

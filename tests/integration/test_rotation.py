@@ -1,0 +1,85 @@
+"""Password rotation without downtime: both passwords log in for the grace period, then the old
+one is refused and the connections made with it are closed; bad graces are refused by name."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+from enclave_queue.client import connect
+from enclave_queue.errors import SpecError, Unauthorized
+from tests.helpers import RawClient, make_queue
+
+
+async def connected(creds) -> tuple[RawClient, asyncio.Event]:
+    """An app connection with ``creds`` that does not reconnect, and an event set when it ends."""
+    raw = RawClient()
+    nc = await raw.connect(creds, allow_reconnect=False)
+    ended = asyncio.Event()
+    nc._closed_cb = lambda: ended.set() or asyncio.sleep(0)
+    nc._disconnected_cb = lambda: ended.set() or asyncio.sleep(0)
+    return raw, ended
+
+
+async def assert_refused_and_new_works(old, new) -> None:
+    with pytest.raises(Unauthorized):
+        await connect(old)
+    async with connect(new) as queue:
+        await queue.put("after")
+
+
+async def test_both_passwords_log_in_during_the_grace_then_the_old_ones_connections_end(stack, unique_name):
+    old = make_queue(stack, unique_name)
+    raw, ended = await connected(old)
+    with stack.admin() as admin:
+        new = admin.rotate_password("default", unique_name, grace_seconds=3)
+        assert admin.credentials("default", unique_name)["password"] == new["password"] != old["password"]
+    assert new["password_version"] == 2 and new["previous_password_valid_until"]
+    async with connect(old) as by_old, connect(new) as by_new:  # both log in during the grace
+        await by_old.put("from the old password")
+        await by_new.put("from the new password")
+        assert await by_new.len() == 2
+    assert raw.nc.is_connected
+    await asyncio.wait_for(ended.wait(), 10)  # the grace ends: the old password's connection is closed
+    await raw.close()
+    await assert_refused_and_new_works(old, new)
+
+
+async def test_no_grace_refuses_the_old_password_at_once(stack, unique_name):
+    old = make_queue(stack, unique_name)
+    raw, ended = await connected(old)
+    with stack.admin() as admin:
+        new = admin.rotate_password("default", unique_name, grace_seconds=0)
+    assert new["previous_password_valid_until"] is None
+    await asyncio.wait_for(ended.wait(), 5)
+    await raw.close()
+    await assert_refused_and_new_works(old, new)
+
+
+@pytest.mark.parametrize("grace", [-1, 604801, 1.5, "60", True, None])
+def test_a_grace_out_of_range_or_of_the_wrong_type_is_a_422_naming_it(stack, unique_name, grace):
+    creds = make_queue(stack, unique_name)
+    with stack.admin() as admin:
+        with pytest.raises(SpecError) as refused:
+            admin.request("POST", f"/v1/projects/default/queues/{unique_name}/rotate-password",
+                          json={"grace_seconds": grace})
+        assert refused.value.errors[0]["field"] == "grace_seconds"
+        with pytest.raises(SpecError, match="only grace_seconds"):
+            admin.request("POST", f"/v1/projects/default/queues/{unique_name}/rotate-password", json={"grace": 5})
+        assert admin.credentials("default", unique_name)["password"] == creds["password"]  # nothing rotated
+
+
+def test_the_cli_rotates_and_prints_the_new_credentials(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    done = subprocess.run([sys.executable, "-m", "enclave_cli.main", "queue", "rotate-password", unique_name,
+                           "--grace", "60", "--json"], env=stack.env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert printed["password"] != creds["password"] and printed["password_version"] == 2
+    bad = subprocess.run([sys.executable, "-m", "enclave_cli.main", "queue", "rotate-password", unique_name,
+                          "--grace", "-5"], env=stack.env, capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "--grace" in bad.stderr
