@@ -1,6 +1,6 @@
 """``python -m bench [--quick]``: every benchmark, one after the other, one table at the end.
 
-bench.memory reuses the broker readings bench.create took, so 1000 queues are created once.
+bench.memory reuses the broker readings bench.create's bursts took, so the queues are created once.
 """
 
 from __future__ import annotations

@@ -1,18 +1,21 @@
-"""Broker memory: RSS of the stack's nats-server with 0 queues and with 1000.
+"""Broker memory: RSS of the stack's nats-server after creating 1000 and 3000 queues.
 
-RSS is VmRSS from /proc/<broker pid>/status, read once the stack is idle. The baseline is the
-same broker with no queues (its control-plane account, KV buckets and a pool of 4 spare
-accounts only). The broker is read twice at the top level: right after the queues were created
-(each create's reload leaves garbage the Go runtime has not returned yet) and after a restart of
-the same data dir. For reference, a plain nats-server holding the same number of streams and
-consumers in one account is measured too.
+RSS is VmRSS from /proc/<broker pid>/status, read right after the creates (48 in flight) and again
+once the stack is idle. Baseline: a plain nats-server holding as many streams and consumers in one
+account (what the queues' JetStream state costs without an account each); the empty broker is kept
+for reference. The stack's broker runs under its memory limit (``ENCLAVE_BROKER_MEMORY``, its
+GOMEMLIMIT, 512 MiB by default): near it the Go runtime collects garbage harder rather than grow.
 
-Run by ``python -m bench`` it reuses the readings bench.create took on its pool-warm stack (which
-holds a few dozen measured queues on top of the level). Target: <= 256 MiB at 1000 queues.
+Run alone it fills one stack to each level in turn (``--levels``), then restarts it on the same data
+dir: a freshly started broker holds only what the queues need, so what the first reading has above
+it is heap the Go runtime has not returned. Run by ``python -m bench`` it reports the readings of
+bench.create's bursts (a fresh stack each, no restart). Goals (issue 14): <= 200 MiB after 1000
+creates, <= 512 MiB after 3000.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import shutil
 import tempfile
@@ -20,78 +23,95 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from . import Report, enclave_stack, main, plain_nats, quiet, rss_mib, say
+from . import Report, enclave_stack, main, plain_nats, quiet, rss_mib, say, settle
 
 NAME = "memory"
+LEVELS = (1000, 3000)
+QUICK_LEVELS = (100,)
 
 
-def measure(quick: bool) -> dict[str, Any]:
-    """Readings of bench.create's shape, taken here on a stack of our own."""
-    from .create import Fleet, plan, raw_creates
+def options(parser: argparse.ArgumentParser) -> None:
+    from .create import counts
 
-    top = plan(quick)["levels"][-1]
-    rss: dict[str, float] = {}
-    say(f"memory: one stack, 0 then {top} queues, then restarted")
+    parser.add_argument("--levels", type=counts, help="queues to fill the stack to, in turn, comma-separated "
+                        f"(default {','.join(map(str, LEVELS))})")
+
+
+def measure(levels: tuple[int, ...]) -> dict[str, Any]:
+    """Readings of bench.create's shape (``levels``: {level: {enclave: {...}, plain: {...}}}), taken
+    on a stack of our own, and the restart."""
+    from .create import CREATE_ENV, FILL_PROJECT, Fleet, log_problems, outcome, raw_creates
+
+    out: dict[str, Any] = {"source": "own stack, filled to each level in turn", "levels": {}}
+    say(f"memory: one stack, filled to {levels}, then restarted")
     tmp = Path(tempfile.mkdtemp(prefix="enclave-bench-memory-"))
     try:
-        with enclave_stack(home=tmp / "home") as stack:
+        with enclave_stack(CREATE_ENV, home=tmp / "home") as stack:
             fleet = Fleet(stack)
             try:
-                quiet(stack)
-                rss["0"] = fleet.rss()
-                seconds, _ = fleet.fill_to(top)
-                say(f"memory: {top} queues in {seconds:.1f} s")
-                quiet(stack)
-                rss[str(top)] = fleet.rss()
+                quiet(stack, timeout=60)
+                empty, existing = fleet.rss(), 0
+                for level in levels:
+                    seconds, made = fleet.many(FILL_PROJECT, [f"fill-{i:05d}" for i in range(existing, level)])
+                    existing = max(existing, level)
+                    after = fleet.rss()
+                    settled = fleet.settle()
+                    failed = outcome(made)["failures"]
+                    out["levels"][str(level)] = {"enclave": {
+                        "empty": round(empty, 1), "after": round(after, 1), "idle": round(fleet.rss(), 1),
+                        "settle": settled, "fill_seconds": round(seconds, 1), "fill_failures": failed}}
+                    say(f"memory: {level} queues in {seconds:.1f} s ({failed} failed), broker RSS {after:.0f} MiB")
+                out["logs"] = log_problems(stack)
             finally:
                 fleet.close()
-        with enclave_stack(home=tmp / "home") as stack:
-            fleet = Fleet(stack, existing=top)
-            quiet(stack, timeout=120)
-            rss[f"restart_{top}"] = fleet.rss()
+        started = time.perf_counter()
+        with enclave_stack(CREATE_ENV, home=tmp / "home") as stack:
+            out["restart"] = {"queues": levels[-1], "start_s": round(time.perf_counter() - started, 1),
+                              "settle_s": round(quiet(stack, timeout=120), 1)}
+            stack.refresh()
+            assert stack.broker_pid
+            out["restart"]["mib"] = round(rss_mib(stack.broker_pid), 1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    say(f"memory: plain nats-server, 0 then {top} streams")
+
+    say(f"memory: plain nats-server, filled to {levels} streams")
     with plain_nats() as server:
-        plain = {"0": rss_mib(server.pid)}
-        asyncio.run(raw_creates(server.url, (top,), 0))
-        time.sleep(1)
-        plain[str(top)] = rss_mib(server.pid)
-    return {"broker_rss_mib": rss, "plain_broker_rss_mib": plain}
+        plain_empty = rss_mib(server.pid)
+
+        def read(level: int) -> None:
+            after = rss_mib(server.pid)
+            settle([server.pid], timeout=60)
+            out["levels"][str(level)]["plain"] = {"empty": round(plain_empty, 1), "after": round(after, 1),
+                                                  "idle": round(rss_mib(server.pid), 1)}
+
+        asyncio.run(raw_creates(server.url, levels, 0, at_level=read))
+    return out
 
 
-def run(quick: bool, samples: Optional[dict[str, Any]] = None) -> list[Report]:
+def run(quick: bool, samples: Optional[dict[str, Any]] = None, levels: Optional[tuple[int, ...]] = None) -> list[Report]:
+    from .create import RSS_GOALS
+
     report = Report(NAME, quick)
     if not samples:
-        samples = measure(quick)
-        report.info["source"] = "own stack"
-    else:
-        report.info["source"] = "bench.create's pool-warm stack"
+        samples = measure(levels or (QUICK_LEVELS if quick else LEVELS))
     report.info.update(samples)
-    rss, plain = samples["broker_rss_mib"], samples["plain_broker_rss_mib"]
-    levels = sorted((int(k) for k in rss if k.isdigit()), key=int)
-    top = levels[-1]
-    plain_top = max(int(k) for k in plain)
-    for level in levels[1:]:
-        report.add(f"Enclave broker RSS, {level} queue{'' if level == 1 else 's'}", rss[str(level)], "MiB", baseline=rss["0"],
-                   baseline_case="same broker, 0 queues", target="value <= 256" if level == top else "")
-    ended = [k for k in rss if k.startswith("end_")]
-    if ended:
-        report.add(f"Enclave broker RSS, {ended[0].split('_')[1]} queues, after bench.create's measured creates",
-                   rss[ended[0]], "MiB", baseline=rss["0"], baseline_case="same broker, 0 queues",
-                   note="each create at this size sets off a config reload; RSS grows with every one")
-    restarted = [k for k in rss if k.startswith("restart_")]
-    if restarted:
-        report.add(f"Enclave broker RSS, {restarted[0].split('_')[1]} queues, after a restart", rss[restarted[0]], "MiB",
-                   baseline=rss["0"], baseline_case="same broker, 0 queues", target="value <= 256",
-                   note="a freshly started broker: none of the garbage of the reloads that creating them caused")
-    report.add(f"plain nats-server RSS, {plain_top} streams in one account", plain[str(plain_top)], "MiB",
-               baseline=plain["0"], baseline_case="plain nats-server, 0 streams")
-    report.add(f"Enclave broker vs plain nats-server at {top}", rss[str(top)], "MiB", baseline=plain[str(plain_top)],
-               baseline_case="plain nats-server, same number of streams in one account",
-               note="the difference is what one account per queue costs")
+    for level, data in sorted(samples["levels"].items(), key=lambda kv: int(kv[0])):
+        enclave, plain = data["enclave"], data["plain"]
+        goal = RSS_GOALS.get(int(level))
+        target = f"value <= {goal}" if goal else ""
+        report.add(f"Enclave broker RSS right after {level} creates", enclave["after"], "MiB", baseline=plain["after"],
+                   baseline_case=f"plain nats-server, {level} streams+consumers in one account", target=target,
+                   note=f"empty: Enclave {enclave['empty']:.0f} MiB, plain {plain['empty']:.0f} MiB")
+        report.add(f"Enclave broker RSS, {level} queues, idle", enclave["idle"], "MiB", baseline=plain["idle"],
+                   baseline_case="the plain server, idle", target=target)
+    restart = samples.get("restart")
+    if restart:
+        top = samples["levels"][str(restart["queues"])]
+        report.add(f"Enclave broker RSS, {restart['queues']} queues, after a restart", restart["mib"], "MiB",
+                   baseline=top["plain"]["idle"], baseline_case="the plain server, idle",
+                   note="a freshly started broker holds only what the queues need")
     return report.done()
 
 
 if __name__ == "__main__":
-    main(run, "bench.memory")
+    main(run, "bench.memory", options)

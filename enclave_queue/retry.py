@@ -1,10 +1,10 @@
 """Riding out a broker that answers "no responders" for a moment: ``retry_unavailable``.
 
-During every configuration reload, nats-server 2.15 answers JetStream API requests (stream and
-consumer info, creates, KV watches) in *every* account with "no responders" for a moment
-(measured: about 3 % of API requests made during back-to-back reloads; publishes, pulls and
-acks were not affected). Every layer that talks to the broker (the state store, broker/, the
-queues, the controller) retries such a request here for a few seconds before it gives up.
+nats-server answers JetStream API requests (stream and consumer info, creates, KV watches) with
+"no responders" while an account's JetStream is not loaded yet: just after its claims were pushed,
+or while the broker starts. (The configuration-file accounts of earlier versions caused the same
+in every account at each reload.) Every layer that talks to the broker (the state store, broker/,
+the queues, the controller) retries such a request here for a few seconds before it gives up.
 """
 
 from __future__ import annotations
