@@ -54,6 +54,24 @@ def chromium_path() -> str:
     return found
 
 
+def wait_for_nats(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: float = START_TIMEOUT) -> None:
+    """Return once the nats-server ``proc`` greets a client on ``port`` (its INFO line); RuntimeError
+    with its ``log`` if it exits first or does not within ``timeout`` seconds."""
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"nats-server exited: {log.read_text() if log.exists() else ''}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                if sock.recv(4) == b"INFO":
+                    return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError("nats-server did not start")
+
+
 @dataclass
 class NatsServer:
     """A nats-server child process with JetStream on a free port."""
@@ -88,19 +106,7 @@ class NatsServer:
         return server
 
     def _wait_ready(self) -> None:
-        import socket
-
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited: {(self.store_dir / 'nats-server.log').read_text()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
-                    if sock.recv(4) == b"INFO":
-                        return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("nats-server did not start")
+        wait_for_nats(self.proc, self.port, self.store_dir / "nats-server.log")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -81,7 +81,6 @@ class Accounts:
         self.keys = OperatorKeys(master)
         self.store: Optional[Store] = None
         self.conn: Optional[BrokerConnection] = None
-        self.applied: frozenset[str] = frozenset()  #: account ids whose claims the broker has
         self._pushed: dict[str, tuple[int, bool, tuple[int, ...]]] = {}  #: what each was pushed with
         self._records: dict[str, tuple[AccountRecord, int]] = {}
         self._claiming = asyncio.Lock()
@@ -137,6 +136,11 @@ class Accounts:
 
     # -- the broker's claims ------------------------------------------------------------------
 
+    @property
+    def applied(self) -> frozenset[str]:
+        """The account ids whose claims the broker has been given (the queues it runs)."""
+        return frozenset(self._pushed)
+
     def _versions(self, record: AccountRecord) -> tuple[int, ...]:
         return (record.password_version - 1, record.password_version) if in_grace(record) else \
             (record.password_version,)
@@ -157,7 +161,6 @@ class Accounts:
         assert self.conn is not None
         await self.conn.push_account(self.claims_of(record))
         self._pushed[record.id] = self._pushed_form(record)
-        self.applied = self.applied | {record.id}
         if self.metrics is not None:
             self.metrics.account_pushes.inc()
 
@@ -198,9 +201,6 @@ class Accounts:
         self.frozen = False
         await self.supervisor.restart()
         await self._push_all()
-
-    def broker_restarted(self) -> None:
-        """The supervisor restarted the broker: its resolver directory kept every account's claims."""
 
     # -- storage reservations -------------------------------------------------------------------
 
@@ -354,7 +354,6 @@ class Accounts:
                              "nats": {"type": "generic", "version": jwt.VERSION, "accounts": [key]}},
                             self.keys.operator)
         await self.conn.delete_accounts(notice)
-        self.applied = self.applied - {account_id}
         self._remove_store_dirs()
 
     async def stop(self) -> None:

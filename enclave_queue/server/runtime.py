@@ -190,8 +190,7 @@ class Runtime:
         await self.error_notes.forget(queue_id)
 
     async def _broker_restarted(self) -> None:
-        assert self.accounts is not None and self.supervisor is not None
-        self.accounts.broker_restarted()
+        assert self.supervisor is not None  # the broker's resolver directory kept every account's claims
         with contextlib.suppress(OSError, ValueError):
             path = self.settings.home / RUNTIME_FILE
             data = json.loads(path.read_text())

@@ -12,9 +12,7 @@ import asyncio
 import base64
 import json
 import os
-import socket
 import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -28,12 +26,12 @@ from nats.js.api import ConsumerConfig, StreamConfig
 from enclave_queue.auth import jwt
 from enclave_queue.auth.keys import OperatorKeys
 from enclave_queue.auth.secrets import MasterKey, hash_password
-from enclave_queue.auth.users import app_permissions
-from enclave_queue.broker.claims import app_user, control_user, queue_account
+from enclave_queue.broker.claims import control_user, queue_account
 from enclave_queue.broker.config import BrokerConfig, render
 from enclave_queue.broker.supervisor import child_env, free_port, nats_server_binary
 from enclave_queue.controller.callout import Callout
 from enclave_queue.names import CONSUMER, inbox_prefix, stream_name
+from enclave_queue.testing import wait_for_nats
 
 MAX_BYTES = 8 << 20
 
@@ -50,19 +48,11 @@ class Broker:
         self.proc = subprocess.Popen([str(nats_server_binary()), "-c", str(root / "nats.conf")],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      env=child_env())
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
-                    if sock.recv(4) == b"INFO":
-                        return
-            except OSError:
-                time.sleep(0.02)
-        self.stop()
-        raise RuntimeError(f"nats-server did not start: {self.log.read_text() if self.log.exists() else ''}")
+        try:
+            wait_for_nats(self.proc, self.port, self.log)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -199,14 +189,6 @@ async def test_a_password_login_lands_in_its_queue_account_with_the_app_permissi
         assert (await js.consumer_info("QA", CONSUMER)).num_ack_pending == 0
     finally:
         await nc.close()
-
-
-async def test_the_user_the_callout_mints_has_exactly_the_app_permissions(broker, plane):
-    claims = app_user("qa", "U" + "A" * 55, "A" + "B" * 55)
-    expected = app_permissions("qa")
-    assert set(expected["publish"]["allow"]) < set(claims["nats"]["pub"]["allow"])
-    assert set(claims["nats"]["pub"]["allow"]) - set(expected["publish"]["allow"]) == {"refused.>"}
-    assert claims["nats"]["sub"]["allow"] == expected["subscribe"]["allow"]
 
 
 async def test_wrong_unknown_missing_or_unverifiable_credentials_are_refused(broker, plane):

@@ -8,7 +8,9 @@ import pytest
 
 from enclave_queue.auth.keys import OperatorKeys
 from enclave_queue.auth.secrets import MasterKey
+from enclave_queue.auth.users import app_permissions
 from enclave_queue.broker.claims import (
+    app_user,
     auth_account,
     control_account,
     queue_account,
@@ -99,3 +101,12 @@ def test_upgrade_renames_config_mode_account_directories_once(tmp_path):
     (root / "CONTROL").mkdir()
     with pytest.raises(FileExistsError):
         upgrade_store(tmp_path, keys)
+
+
+def test_the_user_the_callout_mints_has_exactly_the_app_permissions_and_the_refusal():
+    claims = app_user("qa", "U" + "A" * 55, "A" + "B" * 55)
+    expected = app_permissions("qa")
+    assert set(claims["nats"]["pub"]["allow"]) - set(expected["publish"]["allow"]) == {"refused.>"}
+    assert set(expected["publish"]["allow"]) < set(claims["nats"]["pub"]["allow"])
+    assert claims["nats"]["sub"]["allow"] == expected["subscribe"]["allow"]
+    assert claims["nats"]["issuer_account"] == "A" + "B" * 55
