@@ -32,6 +32,7 @@ log = logging.getLogger("enclave.broker")
 #: queue accounts whose connections stay open at once
 POOL_SIZE = 64
 CONNECT_TIMEOUT = 2.0  #: seconds
+CLOSE_TIMEOUT = 2.0  #: seconds one connection may take to close when the control process stops
 
 
 @dataclass
@@ -76,7 +77,11 @@ class AccountConnections:
         async with lock:
             entry = self._open.get(queue_id)
             if entry is None or entry.nc.is_closed:
-                entry = self._open[queue_id] = _Open(await self._connect(queue_id))
+                nc = await self._connect(queue_id)
+                if self._closed:  # the pool closed while this connected: it must not outlive the stop
+                    await nc.close()
+                    raise BrokerUnavailable("The control plane is stopping.")
+                entry = self._open[queue_id] = _Open(nc)
             entry.holders += 1
             entry.used = time.monotonic()
         await self._trim()
@@ -110,4 +115,4 @@ class AccountConnections:
         entries, self._open = list(self._open.values()), {}
         for entry in entries:
             with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
-                await entry.nc.close()
+                await asyncio.wait_for(entry.nc.close(), CLOSE_TIMEOUT)  # a stuck one must not hold up the stop

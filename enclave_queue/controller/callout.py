@@ -13,6 +13,7 @@ as the response's error, never the password.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
@@ -93,5 +94,6 @@ class Callout:
 
     async def stop(self) -> None:
         if self._sub is not None:
-            await asyncio.shield(self._sub.unsubscribe())
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await asyncio.wait_for(self._sub.unsubscribe(), 2.0)
             self._sub = None
