@@ -46,6 +46,10 @@ RESEND_AFTER = 2.0  #: seconds without an answer before a put or an acknowledgem
 FIRST_PAUSE = 0.01  #: seconds before the first try again after "no responders"
 LAST_PAUSE = 0.25  #: seconds between tries again at most (the pause doubles up to it)
 STATUS = "Status"  #: the header of the broker's status replies (100, 204, 404, 408, 503, …)
+#: seconds a reconnect may go on being refused before the credentials count as revoked: the broker
+#: refuses every login while the control plane's auth callout is away (a broker restart it has not
+#: caught up with, a control process restarting), which says nothing about the credentials
+REFUSED_RECONNECT_GRACE = 30.0
 
 
 def unavailable(msg: Msg) -> bool:
@@ -104,6 +108,7 @@ class Session:
         self._sub: Any = None
         self._broken: Optional[EnclaveError] = None  #: why the broker cut us off for good
         self._closing: Optional[asyncio.Task[None]] = None
+        self._refused_since: Optional[float] = None  #: when the reconnects began to be refused
         self._tasks: set[asyncio.Task[Any]] = set()  #: background work: cancelled by ``close``
 
     async def start(self) -> None:
@@ -120,6 +125,7 @@ class Session:
         """The connection is back (nats-py resubscribed and flushed what was buffered): wake whatever
         waits for an answer to something sent before, which the broker may never have seen (a
         restarted broker forgets pull requests too), so it is sent again."""
+        self._refused_since = None
         current, self.reconnect = self.reconnect, asyncio.get_running_loop().create_future()
         if not current.done():
             current.set_result(None)
@@ -133,6 +139,14 @@ class Session:
 
     def _denied(self, text: str) -> None:
         self._fail_all(PermissionDenied(f"The broker refused this queue's user: {text}."))
+
+    def _reconnect_refused(self) -> None:
+        """The broker refused a reconnect: revoked once refusals have gone on for the grace."""
+        now = asyncio.get_running_loop().time()
+        if self._refused_since is None:
+            self._refused_since = now
+        elif now - self._refused_since >= REFUSED_RECONNECT_GRACE:
+            self._revoked()
 
     def _revoked(self) -> None:
         """The broker no longer accepts these credentials (queue deleted, password changed):
@@ -337,7 +351,8 @@ class Session:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._fail_all(RuntimeError("Client is closed."))
         if self._closing is not None:
-            await self._closing
+            with contextlib.suppress(OSError):  # the refused connection's socket was closed under it
+                await self._closing
         if self.nc.is_connected:
             try:
                 await asyncio.wait_for(self.nc.drain(), DEFAULT_TIMEOUT)
@@ -358,12 +373,15 @@ async def open_session(creds: Credentials, *, name: str, connect_timeout: float)
     refused: list[str] = []
 
     async def on_error(exc: Exception) -> None:
+        # a refused login reaches this callback only from a connection attempt: the first one
+        # (before the session exists) is final, a reconnect's is retried for a while
         text = str(exc)
         lowered = text.lower()
         if "authorization violation" in lowered or "authentication" in lowered:
             refused.append(text)
             if session is not None:
-                session._revoked()
+                drop_refused_socket(session.nc)
+                session._reconnect_refused()
         elif "permissions violation" in lowered and session is not None:
             session._denied(text.removeprefix("nats: ").strip())
 
@@ -395,6 +413,13 @@ async def open_session(creds: Credentials, *, name: str, connect_timeout: float)
     session = Session(nc, creds)
     await session.start()
     return session
+
+
+def drop_refused_socket(nc: Any) -> None:
+    """Close the socket of a connection attempt the broker refused: nats-py 2.16 connects its next
+    attempt on the same transport without closing the refused one's stream."""
+    if nc._transport is not None:
+        nc._transport.close()
 
 
 def _finish_close(nc: Any) -> None:
