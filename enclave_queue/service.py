@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
@@ -63,6 +64,11 @@ class QueueService:
         self.messages = Messages(conn, store, self.lookup, self.letters, master)
         self.contents = Contents(conn, store, self.lookup, self.letters)
         self.dead_letters = DeadLetterOps(conn, store, self.lookup, self.letters)
+        #: by project: held while a write that adds or removes a dead-letter link checks the links
+        #: and is made, so that two writes each fine alone (a → b and b → a; a DLQ deleted while
+        #: a queue naming it is created) cannot both pass their checks. One control process
+        #: answers the API, so a lock of this process is enough.
+        self._links: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     # -- declarations ---------------------------------------------------------------------------
 
@@ -113,6 +119,12 @@ class QueueService:
     async def create(self, spec: QueueSpec) -> Queue:
         """Declare a queue. Conflict if the name is taken; SpecError if the DLQ does not exist;
         StorageFull if its max_bytes does not fit in the broker's store."""
+        if spec.dead_letter_queue is None:
+            return await self._create(spec)
+        async with self._links[spec.project]:
+            return await self._create(spec)
+
+    async def _create(self, spec: QueueSpec) -> Queue:
         existing = await self.store.queues.get(spec.key)
         if existing is not None:
             raise self._taken(spec.project, spec.name, existing[0])
@@ -142,13 +154,16 @@ class QueueService:
             spec = patch.apply(record.spec)
             if spec == record.spec:
                 return self.view(record)
-            if spec.dead_letter_queue != record.spec.dead_letter_queue:
-                await self._check_dead_letter_queue(spec)
             if spec.max_bytes > record.spec.max_bytes:  # refused now, not found Errored later
                 self.accounts.check_room(spec.max_bytes, record.id, f"Queue '{name}'")
             changed = record.model_copy(update={"spec": spec, "generation": record.generation + 1})
             try:
-                await self.store.queues.update(record.key, changed, revision)
+                if spec.dead_letter_queue == record.spec.dead_letter_queue:
+                    await self.store.queues.update(record.key, changed, revision)
+                else:
+                    async with self._links[project]:
+                        await self._check_dead_letter_queue(spec)
+                        await self.store.queues.update(record.key, changed, revision)
             except Conflict:
                 continue  # changed by someone else meanwhile: apply the patch to the new version
             return self.view(changed)
@@ -163,17 +178,18 @@ class QueueService:
             record, revision = await self.lookup.get(project, name)
             if record.deleting:
                 return
-            users = await dead_letter_users(self.store, project, name)
-            if users:
-                raise Conflict(
-                    f"Queue '{name}' is the dead-letter queue of queue '{users[0]}' in project '{project}'; "
-                    "change or delete that queue first."
-                )
             changed = record.model_copy(update={"deleting": True, "generation": record.generation + 1})
-            try:
-                await self.store.queues.update(record.key, changed, revision)
-            except Conflict:
-                continue
+            async with self._links[project]:
+                users = await dead_letter_users(self.store, project, name)
+                if users:
+                    raise Conflict(
+                        f"Queue '{name}' is the dead-letter queue of queue '{users[0]}' in project '{project}'; "
+                        "change or delete that queue first."
+                    )
+                try:
+                    await self.store.queues.update(record.key, changed, revision)
+                except Conflict:
+                    continue
             self.lookup.deleting(record.id)
             return
         raise Conflict(f"Queue '{name}' in project '{project}' kept changing while being deleted; try again.")

@@ -82,6 +82,43 @@ def test_a_dead_letter_queue_cycle_is_refused_on_create(stack, http, unique_name
     assert created.status_code == 201
 
 
+def racing(stack, jobs: list[tuple[str, str, dict | None]]) -> list[int]:
+    """The statuses of ``jobs`` (method, path under QUEUES, body), all sent at once."""
+    def call(job: tuple[str, str, dict | None]) -> int:
+        method, path, body = job
+        with httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}) as client:
+            return client.request(method, f"{QUEUES}/{path}".rstrip("/"), json=body).status_code
+
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        return list(pool.map(call, jobs))
+
+
+def test_two_updates_that_would_close_a_cycle_together_cannot_both_pass(stack, http, unique_name):
+    for round_ in range(6):
+        a, b = f"{unique_name}-{round_}a", f"{unique_name}-{round_}b"
+        make_queue(stack, a)
+        make_queue(stack, b)
+        statuses = racing(stack, [("PATCH", a, {"dead_letter_queue": b}), ("PATCH", b, {"dead_letter_queue": a})])
+        assert sorted(statuses) == [200, 422], statuses  # each alone is fine; together one is refused
+        links = {http.get(f"{QUEUES}/{a}").json()["dead_letter_queue"], http.get(f"{QUEUES}/{b}").json()["dead_letter_queue"]}
+        assert None in links  # no cycle was stored: one of them can be deleted first
+        first = a if http.get(f"{QUEUES}/{a}").json()["dead_letter_queue"] else b
+        assert http.delete(f"{QUEUES}/{first}").status_code == 202
+        assert http.delete(f"{QUEUES}/{b if first == a else a}").status_code == 202
+
+
+def test_a_dead_letter_queue_deleted_while_a_queue_naming_it_is_created_is_one_or_the_other(stack, http, unique_name):
+    for round_ in range(6):
+        dlq, user = f"{unique_name}-{round_}d", f"{unique_name}-{round_}u"
+        make_queue(stack, dlq)
+        delete, create = racing(stack, [("DELETE", dlq, None), ("POST", "", {"name": user, "dead_letter_queue": dlq})])
+        # either the delete came first (the create names a queue being deleted: 422), or the create
+        # did (the delete of a queue's DLQ: 409); never both taken
+        assert (delete, create) in ((202, 422), (409, 201)), (delete, create)
+        if create == 201:
+            assert http.delete(f"{QUEUES}/{user}").status_code == 202
+
+
 def test_deletes_racing_each_other_and_other_writes_answer_202_or_404_never_409(stack, unique_name):
     names = [f"{unique_name}-{i}" for i in range(6)]
     for name in names:
