@@ -213,7 +213,7 @@ async def hand_back(session: Session, replies: list[str], settled: Optional[Call
     with contextlib.suppress(EnclaveError, RuntimeError):
         deliveries = [delivery(reply) for reply in replies]
         await session.desk("release_many", {"messages": [
-            {"seq": d.sequence, "receive_count": d.receive_count} for d in deliveries]})
+            {"seq": d.sequence, "receive_count": d.receive_count} for d in deliveries]}, resend=True)
         if settled is not None:
             settled()
         await ack_unconfirmed(session, replies)

@@ -221,7 +221,7 @@ class Message:
         delay_s = envelope.check_delay(delay_s)
         self._check_lease("released")
         await self._session.desk("release", {"seq": self.sequence, "receive_count": self.receive_count,
-                                             "delay_s": delay_s})
+                                             "delay_s": delay_s}, resend=True)
         self._settle()
         with contextlib.suppress(EnclaveError):
             await self._confirm(b"+ACK", leased=False)  # end the lease; the original is gone already

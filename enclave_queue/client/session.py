@@ -299,10 +299,12 @@ class Session:
 
     # -- the control plane's requests -------------------------------------------------------------
 
-    async def desk(self, verb: str, body: dict[str, Any], timeout: float = 10.0) -> Any:
+    async def desk(self, verb: str, body: dict[str, Any], timeout: float = 10.0, *, resend: bool = False) -> Any:
         """Ask the control plane's desk (its request endpoint for apps) about this queue; its result,
-        or the error it answered as the same exception class the HTTP API would raise."""
-        reply = await self.request(f"{DESK_SUBJECT}.{verb}", json.dumps(body).encode(), timeout=timeout)
+        or the error it answered as the same exception class the HTTP API would raise. ``resend``:
+        sent again after a reconnect (a verb the desk answers the same when asked twice)."""
+        reply = await self.request(f"{DESK_SUBJECT}.{verb}", json.dumps(body).encode(), timeout=timeout,
+                                   resend=resend)
         if unavailable(reply):
             raise BrokerUnavailable(f"The control plane is not running; '{verb}' was not done.")
         answer = json.loads(reply.data)
@@ -329,7 +331,8 @@ class Session:
         """Have the control plane dead-letter a message now: 'moved', 'discarded' or 'gone'."""
         body = {"seq": sequence, "id": message_id, "receive_count": receive_count, "error": error,
                 "subject": self.subject}
-        reply = await self.request(REJECT_SUBJECT, json.dumps(body).encode(), timeout=10)
+        # sent again after a reconnect: the control plane answers a repeat as it answered the first
+        reply = await self.request(REJECT_SUBJECT, json.dumps(body).encode(), timeout=10, resend=True)
         if unavailable(reply):
             raise BrokerUnavailable("The control plane is not running; the message was not rejected.")
         answer = json.loads(reply.data)

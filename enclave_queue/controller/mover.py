@@ -67,6 +67,7 @@ from ..names import (
     reject_subject,
     stream_name,
 )
+from ..recent import Recent
 from ..retry import retry_unavailable
 from ..spec import subject_for
 from ..state.kv import Store
@@ -106,6 +107,7 @@ class Mover:
         self.provenance = provenance
         self.conn = conn
         self.index = index  #: finds the queue of an advisory or a reject by its id
+        self.recent = Recent()  #: rejects answered lately, answered the same when asked again
         self.sweep_seconds = sweep_seconds
         self.moved = 0
         self.discarded = 0
@@ -315,12 +317,18 @@ class Mover:
                 raise EnclaveError("The queue does not exist any more.")
             seq, error = int(body["seq"]), body.get("error") or None
             noted_as = int(body.get("id") or seq)
-            if error:  # kept as the message's note, should this move fail and a later one happen
-                await write_note(self.conn.js, record.id, noted_as, error)
-            outcome = await self.move(record, seq, body.get("receive_count"), error)
-            if outcome != "gone":
-                await self.store.count(record.key, "rejected")
-            reply: dict[str, Any] = {"result": outcome}
+            receive_count = body.get("receive_count")
+
+            async def reject() -> str:
+                if error:  # kept as the message's note, should this move fail and a later one happen
+                    await write_note(self.conn.js, record.id, noted_as, error)
+                outcome = await self.move(record, seq, receive_count, error)
+                if outcome != "gone":
+                    await self.store.count(record.key, "rejected")
+                return outcome
+
+            # asked again after a reconnect: the same answer, not "gone" for the message it moved
+            reply: dict[str, Any] = {"result": await self.recent.once((record.id, seq, receive_count), reject)}
         except Exception as exc:  # answered to the app, which raises it
             reply = {"error": str(exc) or type(exc).__name__}
         with contextlib.suppress(nats.errors.Error):

@@ -35,6 +35,7 @@ from ..names import desk_subject, stream_name
 from ..queues.counters import outcomes
 from ..queues.expiry import drop_expired
 from ..queues.samples import check_hours, history
+from ..recent import Recent
 from ..retry import retry_unavailable
 from ..service import QueueService
 from ..spec import subject_for
@@ -79,6 +80,7 @@ class Desk:
         self.service = service  #: its queues/ parts: lookup, letters, contents, dead_letters
         self.index = index  #: finds the queue of a request by its id
         self.naks = naks
+        self.recent = Recent()  #: releases answered lately, answered the same when asked again
         self._sub: Any = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -129,7 +131,10 @@ class Desk:
         own (so the attempt being released is given back), visible after ``delay_s``."""
         seq = _int(body, "seq", 1, 2**63)
         receive_count = _int(body, "receive_count", 1, 2**31)
-        return await self._release(record, seq, receive_count, envelope.check_delay(body.get("delay_s", 0)))
+        delay = envelope.check_delay(body.get("delay_s", 0))
+        # asked again after a reconnect: the same answer, not "not on the queue any more"
+        return await self.recent.once((record.id, "release", seq, receive_count, delay),
+                                      lambda: self._release(record, seq, receive_count, delay))
 
     async def _verb_release_many(self, record: QueueRecord, body: dict[str, Any]) -> int:
         """``release`` for many messages at once (``messages``: ``[{"seq", "receive_count"}]``),
@@ -138,12 +143,17 @@ class Desk:
         given = body.get("messages")
         if not isinstance(given, list) or len(given) > MAX_IDS:
             raise field_error("messages", f"must be a list of at most {MAX_IDS} objects with seq and receive_count")
-        released = 0
-        for item in given:
-            with contextlib.suppress(NotFound):
-                await self._release(record, _int(item, "seq", 1, 2**63), _int(item, "receive_count", 1, 2**31), 0.0)
-                released += 1
-        return released
+        wanted = tuple((_int(item, "seq", 1, 2**63), _int(item, "receive_count", 1, 2**31)) for item in given)
+
+        async def release_all() -> int:
+            released = 0
+            for seq, receive_count in wanted:
+                with contextlib.suppress(NotFound):
+                    await self._release(record, seq, receive_count, 0.0)
+                    released += 1
+            return released
+
+        return await self.recent.once((record.id, "release_many", wanted), release_all)
 
     async def _release(self, record: QueueRecord, seq: int, receive_count: int, delay: float) -> dict[str, Any]:
         source = self.conn.queue_js(record.id)
