@@ -380,10 +380,11 @@ async def open_session(creds: Credentials, *, name: str, connect_timeout: float)
         # (before the session exists) is final, a reconnect's is retried for a while
         text = str(exc)
         lowered = text.lower()
+        if session is not None:
+            drop_failed_attempt(session.nc)
         if "authorization violation" in lowered or "authentication" in lowered:
             refused.append(text)
             if session is not None:
-                drop_refused_socket(session.nc)
                 session._reconnect_refused()
         elif "permissions violation" in lowered and session is not None:
             session._denied(text.removeprefix("nats: ").strip())
@@ -418,10 +419,12 @@ async def open_session(creds: Credentials, *, name: str, connect_timeout: float)
     return session
 
 
-def drop_refused_socket(nc: Any) -> None:
-    """Close the socket of a connection attempt the broker refused: nats-py 2.16 connects its next
-    attempt on the same transport without closing the refused one's stream."""
-    if nc._transport is not None:
+def drop_failed_attempt(nc: Any) -> None:
+    """Close the socket of a connection attempt that failed (refused, or no PONG within the connect
+    timeout: the broker waits up to 2 s for the auth callout): nats-py 2.16 makes its next attempt
+    on the same transport without closing the failed one's stream. For an error callback; only
+    while an attempt is under way (a connection that is up, or draining, is left alone)."""
+    if nc._transport is not None and (nc.is_connecting or nc.is_reconnecting):
         nc._transport.close()
 
 

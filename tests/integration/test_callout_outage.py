@@ -39,7 +39,8 @@ async def kick(stack, client_name: str) -> None:
 async def test_a_reconnect_refused_while_the_callout_is_away_is_retried(enclave_stack_factory):
     stack = enclave_stack_factory()
     creds = make_queue(stack, "steady")
-    async with connect(creds, name="steady-app") as queue:
+    # a connect timeout under the broker's 2 s wait for the callout: attempts also end unanswered
+    async with connect(creds, name="steady-app", connect_timeout=1) as queue:
         await queue.put("before")
         os.kill(stack.pid, signal.SIGSTOP)  # the control process answers no login
         try:
