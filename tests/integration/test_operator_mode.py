@@ -32,6 +32,7 @@ from enclave_queue.broker.supervisor import child_env, free_port, nats_server_bi
 from enclave_queue.controller.callout import Callout
 from enclave_queue.names import CONSUMER, inbox_prefix, stream_name
 from enclave_queue.testing import wait_for_nats
+from tests.helpers import eventually
 
 MAX_BYTES = 8 << 20
 
@@ -180,8 +181,11 @@ async def test_a_password_login_lands_in_its_queue_account_with_the_app_permissi
         js = nc.jetstream(timeout=2)
         ack = await js.publish("queue.default.qa", b"hello")
         assert ack.stream == "QA"
-        info = await js.consumer_info("QA", CONSUMER)  # what nats.js consumers.get() asks
-        assert info.num_pending == 1
+        async def pending() -> int:  # what nats.js consumers.get() asks
+            return (await js.consumer_info("QA", CONSUMER)).num_pending
+
+        # the consumer counts a stored message a moment after the PubAck
+        assert await eventually(lambda: pending(), timeout=2, interval=0.01) == 1
         sub = await js.pull_subscribe_bind(CONSUMER, "QA", inbox_prefix=f"{inbox_prefix('qa')}.".encode())
         [msg] = await sub.fetch(1, timeout=2)
         assert msg.data == b"hello"
