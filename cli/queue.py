@@ -270,7 +270,8 @@ def receive(
         out.print(f"  receipt: {safe_text(message['receipt'], markup=False)}", markup=False)
 
 
-@app.command("delete-message")
+# a receipt is base64url, so it may begin with "-": taken as the argument, not as an unknown option
+@app.command("delete-message", context_settings={"ignore_unknown_options": True})
 def delete_message(
     name: Name,
     receipt: Annotated[str, typer.Argument(help="The receipt handle 'receive' printed.")],

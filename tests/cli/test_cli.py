@@ -160,3 +160,13 @@ def test_priorities_from_the_cli(stack, unique_name):
     help_text = " ".join(ok(stack, "queue", "update", "--help").stdout.replace("│", " ").split())
     assert "--priorities" in help_text and "cannot be turned off" in help_text
     assert run(stack, "queue", "update", unique_name, "--no-priorities").returncode == 2  # no way to turn it off
+
+
+def test_a_receipt_that_begins_with_a_dash_is_the_receipt_not_an_option(stack, unique_name):
+    # receipts are base64url: about one in 64 begins with "-"
+    ok(stack, "queue", "create", unique_name, "--wait")
+    result = run(stack, "queue", "delete-message", unique_name, "-Sdq0" + "A" * 40)
+    assert "No such option" not in result.stderr
+    assert result.returncode != 0 and "receipt" in result.stderr, result.stderr
+    unknown = run(stack, "queue", "delete-message", unique_name, "-Sdq0", "--projekt", "x")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("error: "), unknown.stderr
