@@ -383,8 +383,9 @@ async def open_session(creds: Credentials, *, name: str, connect_timeout: float)
         if session is not None:
             drop_failed_attempt(session.nc)
         if "authorization violation" in lowered or "authentication" in lowered:
-            refused.append(text)
-            if session is not None:
+            if session is None:
+                refused.append(text)
+            else:
                 session._reconnect_refused()
         elif "permissions violation" in lowered and session is not None:
             session._denied(text.removeprefix("nats: ").strip())

@@ -82,14 +82,15 @@ def test_a_dead_letter_queue_cycle_is_refused_on_create(stack, http, unique_name
     assert created.status_code == 201
 
 
-def racing(stack, jobs: list[tuple[str, str, dict | None]]) -> list[int]:
-    """The statuses of ``jobs`` (method, path under QUEUES, body), all sent at once."""
-    def call(job: tuple[str, str, dict | None]) -> int:
+def racing(stack, jobs: list[tuple[str, str, dict | None]], workers: int = 0) -> list[httpx.Response]:
+    """The answers to ``jobs`` (method, path under QUEUES, body), sent ``workers`` at a time
+    (all at once by default)."""
+    def call(job: tuple[str, str, dict | None]) -> httpx.Response:
         method, path, body = job
         with httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}) as client:
-            return client.request(method, f"{QUEUES}/{path}".rstrip("/"), json=body).status_code
+            return client.request(method, f"{QUEUES}/{path}".rstrip("/"), json=body)
 
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=workers or len(jobs)) as pool:
         return list(pool.map(call, jobs))
 
 
@@ -98,7 +99,8 @@ def test_two_updates_that_would_close_a_cycle_together_cannot_both_pass(stack, h
         a, b = f"{unique_name}-{round_}a", f"{unique_name}-{round_}b"
         make_queue(stack, a)
         make_queue(stack, b)
-        statuses = racing(stack, [("PATCH", a, {"dead_letter_queue": b}), ("PATCH", b, {"dead_letter_queue": a})])
+        statuses = [r.status_code for r in racing(stack, [("PATCH", a, {"dead_letter_queue": b}),
+                                                          ("PATCH", b, {"dead_letter_queue": a})])]
         assert sorted(statuses) == [200, 422], statuses  # each alone is fine; together one is refused
         links = {http.get(f"{QUEUES}/{a}").json()["dead_letter_queue"], http.get(f"{QUEUES}/{b}").json()["dead_letter_queue"]}
         assert None in links  # no cycle was stored: one of them can be deleted first
@@ -111,7 +113,8 @@ def test_a_dead_letter_queue_deleted_while_a_queue_naming_it_is_created_is_one_o
     for round_ in range(6):
         dlq, user = f"{unique_name}-{round_}d", f"{unique_name}-{round_}u"
         make_queue(stack, dlq)
-        delete, create = racing(stack, [("DELETE", dlq, None), ("POST", "", {"name": user, "dead_letter_queue": dlq})])
+        delete, create = (r.status_code for r in racing(
+            stack, [("DELETE", dlq, None), ("POST", "", {"name": user, "dead_letter_queue": dlq})]))
         # either the delete came first (the create names a queue being deleted: 422), or the create
         # did (the delete of a queue's DLQ: 409); never both taken
         assert (delete, create) in ((202, 422), (409, 201)), (delete, create)
@@ -124,16 +127,9 @@ def test_deletes_racing_each_other_and_other_writes_answer_202_or_404_never_409(
     for name in names:
         make_queue(stack, name)
 
-    def call(job: tuple[str, str, dict | None]) -> tuple[str, int, str]:
-        method, name, body = job
-        with httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}) as client:
-            response = client.request(method, f"{QUEUES}/{name}", json=body)
-            return method, response.status_code, response.text
-
     jobs = [(method, name, body) for name in names
             for method, body in [("DELETE", None)] * 4 + [("PATCH", {"max_receives": 3}), ("PATCH", {"max_receives": 4})]]
-    with ThreadPoolExecutor(max_workers=12) as pool:
-        answers = list(pool.map(call, jobs))
+    answers = [(job[0], r.status_code, r.text) for job, r in zip(jobs, racing(stack, jobs, workers=12), strict=True)]
     deletes = [(status, text) for method, status, text in answers if method == "DELETE"]
     assert [d for d in deletes if d[0] not in (202, 404)] == []
     assert sum(1 for status, _ in deletes if status == 202) >= len(names)  # each delete took, or saw it going
