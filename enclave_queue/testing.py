@@ -138,6 +138,18 @@ class EnclaveStack:
     def start(cls, home: Path, env: Optional[dict[str, str]] = None, *, broker_port: int = 0,
               api_port: int = 0) -> EnclaveStack:
         """Start ``enclave up`` on ``home`` (created if missing) and wait until it is healthy."""
+        stack = cls.launch(home, env, broker_port=broker_port, api_port=api_port)
+        try:
+            stack.wait_ready()
+        except BaseException:
+            stack.kill()
+            raise
+        return stack
+
+    @classmethod
+    def launch(cls, home: Path, env: Optional[dict[str, str]] = None, *, broker_port: int = 0,
+               api_port: int = 0) -> EnclaveStack:
+        """Start ``enclave up`` on ``home`` and return at once (``wait_ready`` waits for it)."""
         home.mkdir(parents=True, exist_ok=True)
         (home / "logs").mkdir(exist_ok=True)
         full_env = {
@@ -158,15 +170,11 @@ class EnclaveStack:
             env=full_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         log.close()
-        stack = cls(home, proc, full_env)
-        try:
-            stack._wait_ready()
-        except BaseException:
-            stack.kill()
-            raise
-        return stack
+        return cls(home, proc, full_env)
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
+        """Wait until the stack is healthy and read its URLs and token; RuntimeError if it exits
+        or is not healthy within START_TIMEOUT."""
         import httpx
 
         runtime = self.home / "enclave.json"

@@ -36,6 +36,7 @@ log = logging.getLogger("enclave.broker")
 START_TIMEOUT = 15.0  #: seconds for a started server to accept connections
 STOP_TIMEOUT = 10.0  #: seconds between SIGTERM and SIGKILL
 RESTART_BACKOFF = (0.1, 5.0)  #: seconds: first and longest wait before restarting a dead server
+START_ATTEMPTS = 3  #: tries at checking or starting a server that a signal killed (not one that refused)
 PR_SET_PDEATHSIG = 1
 
 #: the environment a child may inherit: the search path, home, locale and time zone, and the Go
@@ -118,15 +119,23 @@ class Supervisor:
         return f"nats://{self.host}:{self.port}"
 
     async def validate(self, path: Path) -> None:
-        """Raise BrokerConfigError unless nats-server accepts the configuration at ``path``."""
-        proc = await asyncio.create_subprocess_exec(
-            str(self.binary), "-t", "-c", str(path),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            env=child_env(),
-        )
-        out, _ = await proc.communicate()
-        if proc.returncode != 0:
-            raise BrokerConfigError(f"nats-server refused the configuration: {out.decode(errors='replace').strip()}")
+        """Raise BrokerConfigError unless nats-server accepts the configuration at ``path``. A check
+        that a signal killed said nothing about the file: it runs again, up to START_ATTEMPTS times."""
+        for _ in range(START_ATTEMPTS):
+            proc = await asyncio.create_subprocess_exec(
+                str(self.binary), "-t", "-c", str(path),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                env=child_env(),
+            )
+            out, _ = await proc.communicate()
+            code = proc.returncode or 0
+            if code == 0:
+                return
+            if code > 0:
+                raise BrokerConfigError(f"nats-server refused the configuration: {out.decode(errors='replace').strip()}")
+            log.warning("nats-server was killed by signal %d while checking its configuration; checking again", -code)
+        raise BrokerUnavailable(f"nats-server was killed by signal {-code} each of {START_ATTEMPTS} times it "
+                                "checked its configuration.")
 
     async def write_config(self, text: str) -> bool:
         """Validate ``text`` and atomically make it the configuration. Returns False if unchanged."""
@@ -153,8 +162,34 @@ class Supervisor:
         if text is not None:
             await self.write_config(text)
         self._stopping = False
-        await self._spawn()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                await self._spawn()
+                break
+            except BrokerUnavailable:
+                code = self._proc.returncode if self._proc is not None else None
+                if code is None or code >= 0 or attempt == START_ATTEMPTS:
+                    raise  # it refused to run, or never answered: starting it again would not help
+                log.warning("nats-server was killed by signal %d as it started; starting it again", -code)
+                await asyncio.sleep(RESTART_BACKOFF[0])
         self._watch = keep_running(self._watch_loop, "broker-watch")
+
+    async def exited(self) -> None:
+        """Return when the server running now exits (at once if none runs)."""
+        if self._proc is not None:
+            await self._proc.wait()
+
+    async def wait_running(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the server (the watch restarts a dead one) to accept
+        connections; False if it did not."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self._stopping:
+            if self.pid is not None:
+                with contextlib.suppress(BrokerUnavailable, OSError, TimeoutError):
+                    await asyncio.wait_for(self._wait_ready(), max(deadline - time.monotonic(), 0.01))
+                    return True
+            await asyncio.sleep(0.05)
+        return False
 
     async def restart(self) -> None:
         """Stop the running server (SIGTERM, SIGKILL after STOP_TIMEOUT) and start it again from the
@@ -214,6 +249,8 @@ class Supervisor:
                 continue
             try:
                 line = await asyncio.wait_for(reader.readline(), 2)
+            except (TimeoutError, OSError):  # it went away, or is too busy to greet: look again
+                line = b""
             finally:
                 writer.close()
                 with contextlib.suppress(OSError):

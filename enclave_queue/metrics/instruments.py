@@ -41,7 +41,10 @@ class ControlMetrics:
         self.queues: Optional[ScrapeCollector] = None
 
     def attach(self, queues: ScrapeCollector) -> None:
-        """Start exposing what ``queues`` reads at scrape time (once the state store is open)."""
+        """Start exposing what ``queues`` reads at scrape time (once the state store is open), in
+        place of what an earlier attach gave (a start that began again)."""
+        if self.queues is not None:
+            self.registry.unregister(self.queues)  # type: ignore[arg-type]
         self.queues = queues
         self.registry.register(queues)  # type: ignore[arg-type]  # a Collector by its methods
 

@@ -11,6 +11,10 @@ plane's connections; the state store; the accounts and their configuration; the 
 sampler (controller/); the queue service (service.py) and the desk (desk/); then the HTTP API and
 the console on 127.0.0.1 (app.py). ``Runtime.stop`` undoes it in reverse, the broker last, so
 nothing is left running.
+
+A broker that dies while the parts after it start (the supervisor restarts it) does not leave a
+half-started control plane: those parts are stopped and started again, in order, on the restarted
+broker, for up to START_PATIENCE seconds.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any, Optional
 import uvicorn
 
 from ..api.guard import HEAD_READ_LIMIT
+from ..api.problems import BROKER_ERRORS
 from ..auth.provenance import Provenance
 from ..auth.secrets import MasterKey, write_private
 from ..auth.tokens import generate_token, token_digest
@@ -58,6 +63,10 @@ from .app import create_app
 from .preflight import DataDirLock, bind, check_ports, check_room, no_room
 
 log = logging.getLogger("enclave")
+
+START_PATIENCE = 30.0  #: seconds a start rides out a broker that dies under it
+#: what a broker that died under the start raises from the parts that talk to it
+BROKER_DOWN = (*BROKER_ERRORS, BrokerUnavailable)
 
 
 class _Uvicorn(uvicorn.Server):
@@ -129,11 +138,10 @@ class Runtime:
         check_ports(s)
         s.log_dir.mkdir(exist_ok=True)
         self.master = MasterKey.load_or_create(s.home, s.master_key)
-        store_bytes = s.file_store
-        CONTROL_STREAM_BYTES.size_for(store_bytes)  # the control streams' sizes, before their owners create them
+        CONTROL_STREAM_BYTES.size_for(s.file_store)  # the control streams' sizes, before their owners create them
         base = BrokerConfig(
             host=s.broker_host, port=port, store_dir=s.broker_dir, log_file=s.log_dir / "nats-server.log",
-            sync=s.sync, max_file_store=store_bytes, max_memory_store=s.broker_memory // 4,
+            sync=s.sync, max_file_store=s.file_store, max_memory_store=s.broker_memory // 4,
         )
         self.accounts = Accounts(base, self.supervisor, self.master, metrics=self.metrics)
         try:
@@ -141,11 +149,56 @@ class Runtime:
         except BrokerUnavailable:
             check_ports(s)  # a port taken since the check is the likely cause: name it
             raise
+        self.supervisor.on_restart = self._broker_restarted
+        deadline = time.monotonic() + START_PATIENCE
+        while True:
+            try:
+                await self._start_parts_unless_broker_dies(port)
+                break
+            except BROKER_DOWN as exc:  # the broker died under the start (its watch restarts it)
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("the broker went away while the control plane started; starting again: %s",
+                            str(exc) or type(exc).__name__)
+                await self._stop_parts()
+                if not await self.supervisor.wait_running(max(deadline - time.monotonic(), 1.0)):
+                    raise BrokerUnavailable(f"nats-server did not come back within {START_PATIENCE:g} s "
+                                            "while Enclave started.") from exc
+        self.ready = True
+        write_private(s.home / RUNTIME_FILE, json.dumps(
+            {"pid": os.getpid(), "api_url": self.api_url, "broker_url": self.broker_url,
+             "broker_pid": self.supervisor.pid}) + "\n")
+
+    async def _start_parts_unless_broker_dies(self, port: int) -> None:
+        """``_start_parts``, given up at once (BrokerUnavailable) if the broker exits meanwhile:
+        what it was waiting on would only time out."""
+        assert self.supervisor is not None
+        attempt = asyncio.create_task(self._start_parts(port), name="start-parts")
+        died = asyncio.create_task(self.supervisor.exited(), name="start-broker-exit")
+        try:
+            await asyncio.wait({attempt, died}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            attempt.cancel()
+            died.cancel()
+            raise
+        died.cancel()
+        if not attempt.done():
+            attempt.cancel()
+            with contextlib.suppress(asyncio.CancelledError, *BROKER_DOWN):
+                await attempt
+            raise BrokerUnavailable("nats-server exited while the control plane started.")
+        attempt.result()
+
+    async def _start_parts(self, port: int) -> None:
+        """Everything that talks to the broker, in order: run again from the top (after
+        ``_stop_parts``) if the broker dies on the way."""
+        s = self.settings
+        assert self.supervisor is not None and self.accounts is not None and self.master is not None
+        store_bytes = s.file_store
         self.conn = await BrokerConnection.connect(
             f"nats://127.0.0.1:{port}" if s.broker_host in ("0.0.0.0", "") else self.supervisor.url,
             self.accounts.keys,
         )
-        self.supervisor.on_restart = self._broker_restarted
         self.store = await Store.open(self.conn.js)
         await self.accounts.attach(self.store, self.conn)
         self.callout = Callout(self.conn.callout, self.accounts.verify, self.accounts.keys)
@@ -177,10 +230,6 @@ class Runtime:
         self.desk = Desk(self.store, self.conn, self.service, self.index, self.naks)
         await self.desk.start()
         await self._start_http()
-        self.ready = True
-        write_private(s.home / RUNTIME_FILE, json.dumps(
-            {"pid": os.getpid(), "api_url": self.api_url, "broker_url": self.broker_url,
-             "broker_pid": self.supervisor.pid}) + "\n")
 
     async def _queue_deleted(self, queue_id: str) -> None:
         """The reconciler deleted a queue: its id names nothing any more, its notes go."""
@@ -283,6 +332,12 @@ class Runtime:
         self.ready = False
         with contextlib.suppress(OSError):
             (self.settings.home / RUNTIME_FILE).unlink()
+        await self._stop_parts()
+        if self.supervisor is not None:
+            await self.supervisor.stop()
+
+    async def _stop_parts(self) -> None:
+        """Stop what ``_start_parts`` started, in reverse; the broker and the lock stay."""
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):
@@ -312,8 +367,9 @@ class Runtime:
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 await self.conn.close()
-        if self.supervisor is not None:
-            await self.supervisor.stop()
+        self._http = self._http_task = None
+        self.desk = self.deadlines = self.storage = self.service = self.reconciler = self.mover = None
+        self.error_notes = self.sampler = self.naks = self.callout = self.conn = self.store = self.index = None
 
 
 async def serve(settings: EnclaveSettings, *, announce: Any = print) -> None:
