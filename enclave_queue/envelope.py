@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
 
-from .errors import SpecError, out_of_range
+from .errors import SCHEDULES_DISABLED, SpecError, out_of_range
 
 ID = "Enclave-Id"
 PRIOR_ATTEMPTS = "Enclave-Prior-Attempts"
@@ -217,6 +217,12 @@ async def publish_as_next(publish: Callable[[dict[str, str]], Awaitable[dict[str
     return await publish(headers)
 
 
+def refused_for_schedules(answer: dict[str, Any]) -> bool:
+    """Whether a PubAck refuses a delayed message because its stream has no schedules (yet: they
+    are turned on the first time a queue needs them, queues/schedules.py)."""
+    return (answer.get("error") or {}).get("err_code") == SCHEDULES_DISABLED
+
+
 def clean_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
     """A stored message's own headers, without the broker's (``Nats-*``) and ours: what a copy of
     it (a dead letter, a release, a redrive) starts from."""
@@ -262,12 +268,16 @@ def encode(body: Any) -> tuple[bytes, Optional[dict[str, str]]]:
 def nak_delay(wanted: float, receive_count: int, backoff: list[float]) -> float:
     """The delay to put in a ``-NAK`` so the message comes back ``wanted`` seconds later.
 
-    With a consumer backoff, nats-server 2.15 brings a nak'd message back at nak time + delay -
-    backoff[0] + backoff[its redeliveries so far] (consumer.go, processNak and checkPending), not
-    after the delay alone; this undoes that. The result may be negative (a wanted delay shorter
-    than backoff[n] - backoff[0]): the server takes a negative delay into the same sum (measured
-    on 2.15.1 with backoff [1, 3, 8] at the third receive: -5 s came back after 2.0 s, -6.5 s
-    after 0.5 s). Without a backoff the delay is taken as it is."""
+    With a consumer backoff, nats-server 2.15 does not wait the nak's delay alone: it dates the
+    lease back to nak time + delay - ack_wait (ack_wait is backoff[0] on such a consumer) and
+    redelivers once backoff[the message's redeliveries so far] has passed since then, that is
+    delay - backoff[0] + backoff[n] after the nak (n = receive_count - 1, the last entry repeating).
+    Measured on 2.15.1 with backoff [1, 3, 8] (tests/integration/test_nak_backoff.py pins it):
+    a delay of 2 s came back after 2.0, 4.0 and 9.0 s at the 1st, 2nd and 3rd receive; -1.5 s at
+    the 2nd after 0.5 s, -5 s at the 3rd after 2.0 s, 0 at the 2nd after 2.0 s (a zero delay is a
+    delay too, not a plain nak). So this undoes it, and the result may be zero or negative (a
+    wanted delay up to backoff[n] - backoff[0]): the server adds it in as it is. Without a backoff
+    the delay is taken as it is."""
     if not backoff:
         return wanted
     redeliveries = min(max(receive_count - 1, 0), len(backoff) - 1)
@@ -275,13 +285,13 @@ def nak_delay(wanted: float, receive_count: int, backoff: list[float]) -> float:
 
 
 def nak_payload(delay: float, receive_count: int, backoff: list[float]) -> bytes:
-    """The ``-NAK`` that hands a message back for ``delay`` seconds (0: at once), compensated for
-    the consumer's backoff (``nak_delay``; negative where the backoff's own step is longer than
-    the wait asked for). The SDK and the API's nack by hand both send this."""
+    """The ``-NAK`` that hands a message back for ``delay`` seconds (0: at once, a plain ``-NAK``),
+    compensated for the consumer's backoff (``nak_delay``: zero or negative where the backoff's
+    own step is as long as the wait asked for, or longer). The SDK and the API's nack by hand both
+    send this."""
     if delay <= 0:
         return b"-NAK"
-    sent = round(nak_delay(delay, receive_count, backoff) * 1e9)
-    return b"-NAK " + json.dumps({"delay": sent or -1}).encode()  # 0 would read as no delay at all
+    return b"-NAK " + json.dumps({"delay": round(nak_delay(delay, receive_count, backoff) * 1e9)}).encode()
 
 
 def body_view(data: bytes) -> dict[str, Any]:

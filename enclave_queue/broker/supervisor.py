@@ -36,6 +36,11 @@ log = logging.getLogger("enclave.broker")
 START_TIMEOUT = 15.0  #: seconds for a started server to accept connections
 STOP_TIMEOUT = 10.0  #: seconds between SIGTERM and SIGKILL
 RESTART_BACKOFF = (0.1, 5.0)  #: seconds: first and longest wait before restarting a dead server
+#: the broker's GOGC: a collection once the heap has grown by half what was live (Go's default, 100,
+#: lets it double). With a queue account, stream and consumer each, what is live grows with the
+#: queues (about 110 KiB each), so the default kept up to as much again as garbage: 225 MiB RSS at
+#: 1,000 queues against 189 MiB with 50 (bench.memory); idle, the broker hardly collects either way
+BROKER_GOGC = 50
 START_ATTEMPTS = 3  #: tries at checking or starting a server that a signal killed (not one that refused)
 PR_SET_PDEATHSIG = 1
 
@@ -228,6 +233,7 @@ class Supervisor:
         env = child_env()
         if self.memory_limit:  # the Go runtime collects harder as it nears the limit
             env["GOMEMLIMIT"] = f"{self.memory_limit}B"
+        env.setdefault("GOGC", str(BROKER_GOGC))  # a GOGC of the environment's own wins
         return env
 
     async def _restarted(self) -> None:

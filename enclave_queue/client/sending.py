@@ -218,5 +218,13 @@ class Sending:
         subject = envelope.delay_subject(self._session.subject, NUID().next().decode())
         stream = self._session.credentials.stream
         last = self._last_seq or int((await self._session.info(f"STREAM.INFO.{stream}"))["state"]["last_seq"])
-        return self.stored(await envelope.publish_as_next(
-            lambda h: self.publish_answer(subject, data, h, sending), headers, last))
+
+        def publish() -> Any:
+            return envelope.publish_as_next(lambda h: self.publish_answer(subject, data, h, sending), headers, last)
+
+        answer = await publish()
+        # the queue's first delayed message: the control plane turns its schedules on (a queue
+        # with max_messages cannot have them, and its refusal stands)
+        if envelope.refused_for_schedules(answer) and await self._session.desk("schedules", {}, resend=True):
+            answer = await publish()
+        return self.stored(answer)

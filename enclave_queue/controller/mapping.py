@@ -39,7 +39,9 @@ CONSUMER_FIELDS = ("ack_policy", "deliver_policy", "ack_wait", "max_deliver", "m
                    "backoff")
 
 
-def stream_config(queue_id: str, spec: QueueSpec) -> api.StreamConfig:
+def stream_config(queue_id: str, spec: QueueSpec, *, schedules: bool = False) -> api.StreamConfig:
+    """The queue's stream. ``schedules``: with ``allow_msg_schedules`` (delayed messages), which a
+    stream gets the first time it needs it (queues/schedules.py) and then keeps."""
     subject = subject_for(spec.project, spec.name)
     lanes = [lane_subject(subject, level) for level in LANES] if spec.priorities else []
     return api.StreamConfig(
@@ -56,7 +58,7 @@ def stream_config(queue_id: str, spec: QueueSpec) -> api.StreamConfig:
         max_bytes=-1,
         allow_direct=True,
         allow_atomic=True,  # put_many: atomic batch publish (nats-server 2.12+); an older stream gets it as drift
-        allow_msg_schedules=not spec.max_messages,  # put(delay_s=): one-shot schedules (nats-server 2.12+)
+        allow_msg_schedules=schedules and not spec.max_messages,  # put(delay_s=): one-shot schedules (2.12+)
         duplicate_window=float(spec.dedupe_window_seconds),
         num_replicas=1,
     )

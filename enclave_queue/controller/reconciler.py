@@ -242,13 +242,14 @@ class Reconciler:
         js = self.conn.queue_js(record.id)
         stream = stream_name(record.id)
 
-        want_stream = mapping.stream_config(record.id, record.spec)
         try:
             info = await js.stream_info(stream)
         except nats.js.errors.NotFoundError:
-            await js.add_stream(want_stream)
+            await js.add_stream(mapping.stream_config(record.id, record.spec))
             done.append("stream created")
-        else:
+        else:  # schedules, once turned on (queues/schedules.py), cannot be turned off: kept
+            want_stream = mapping.stream_config(record.id, record.spec,
+                                                schedules=bool(info.config.allow_msg_schedules))
             changed = mapping.drift(info.config, want_stream, mapping.STREAM_FIELDS)
             if set(changed) & mapping.IMMUTABLE_STREAM:
                 raise PermanentError(

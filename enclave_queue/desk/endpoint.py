@@ -7,10 +7,11 @@ only about its own queue. Answers are JSON: ``{"result": …}`` or ``{"error": <
 API's problem shape, which the SDK turns back into the same exception class).
 
 Verbs: ``release`` and ``release_many`` (hand a message back without spending an attempt: a copy
-that keeps its id, attempts, put time and deadline replaces it), ``notes`` (the last errors of
-some messages), ``expire`` (drop messages past their start deadline, counted: queues/expiry.py),
-``metrics`` (queues/counters.py), ``history``, ``dead_letters`` / ``retry`` / ``discard`` (this
-queue's letters on its dead-letter queue), ``clear`` and ``export`` (queues/contents.py).
+that keeps its id, attempts, put time and deadline replaces it), ``notes`` (the last errors of some
+messages), ``expire`` (drop messages past their start deadline, counted: queues/expiry.py),
+``metrics`` (queues/counters.py), ``schedules`` (turn on delayed messages: queues/schedules.py),
+``history``, ``dead_letters`` / ``retry`` / ``discard`` (this queue's letters on its dead-letter
+queue), ``clear`` and ``export`` (queues/contents.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..names import desk_subject, stream_name
 from ..queues.counters import outcomes
 from ..queues.expiry import drop_expired
 from ..queues.samples import check_hours, history
+from ..queues.schedules import publish_delayed, turn_on
 from ..recent import Recent
 from ..retry import retry_unavailable
 from ..service import QueueService
@@ -176,12 +178,21 @@ class Desk:
         if delay > 0:
             copy.update(envelope.schedule_headers(lane, datetime.now(UTC) + timedelta(seconds=delay)))
             target = envelope.delay_subject(subject, f"r{record.id}{seq}")
-        sequence = stored_seq(await publish_into(self.conn, record.id, target, msg.data or b"", copy), record.spec)
+        def publish() -> Any:
+            return publish_into(self.conn, record.id, target, msg.data or b"", copy)
+
+        sequence = stored_seq(await (publish_delayed(self.conn, record, publish) if delay > 0 else publish()),
+                              record.spec)
         await delete_message(source, stream, seq)
         await self.store.count(record.key, "released")
         if delay > 0:
             await self.store.count(record.key, "scheduled")
         return {"id": int(copy[envelope.ID]), "sequence": sequence}
+
+    async def _verb_schedules(self, record: QueueRecord, body: dict[str, Any]) -> bool:
+        """Turn on the queue's delayed messages (its stream's schedules) for the SDK's delayed put
+        the broker refused for the lack of them; False for a queue with ``max_messages``."""
+        return await turn_on(self.conn, record)
 
     async def _verb_notes(self, record: QueueRecord, body: dict[str, Any]) -> dict[str, Optional[str]]:
         """The last error reported for each message id (null where none was)."""

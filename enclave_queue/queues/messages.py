@@ -58,6 +58,7 @@ from ..state.records import QueueRecord
 from .expiry import drop_expired
 from .letters import Letters
 from .lookup import Lookup, not_ready
+from .schedules import publish_delayed
 from .streams import consumer_info, levels, stream_info
 
 log = logging.getLogger("enclave.service")
@@ -84,7 +85,8 @@ class Messages:
     # -- send -----------------------------------------------------------------------------------
 
     async def send(self, project: str, name: str, body: bytes, content_type: Optional[str] = None,
-                   dedupe_key: Optional[str] = None, delay: float = 0.0) -> dict[str, Any]:
+                   dedupe_key: Optional[str] = None, delay: float = 0.0,
+                   headers: Optional[dict[str, str]] = None) -> dict[str, Any]:
         """Publish one message and wait for the broker to store it. Returns its ``sequence`` and
         whether it was a ``duplicate`` (a ``dedupe_key`` seen within the window: the first message's
         sequence, nothing stored). With ``delay`` seconds (0–604800) the message is stored as a
@@ -104,7 +106,8 @@ class Messages:
                 f"The message is {len(body)} bytes; queue '{name}' accepts at most {limit} (max_message_bytes)."
             )
         subject = subject_for(project, name)
-        headers = {"Content-Type": content_type} if content_type else {}
+        # ``headers``: the caller's own (the SQS endpoint's message attributes), under ours
+        headers = {**(headers or {}), **({"Content-Type": content_type} if content_type else {})}
         if dedupe_key is not None:
             headers["Nats-Msg-Id"] = dedupe_key
         due = None
@@ -116,8 +119,9 @@ class Messages:
             due = now + timedelta(seconds=delay)
             headers.update({**schedule_headers(subject, due), **put_headers(now, delay_s=delay)})
             schedule = delay_subject(subject, NUID().next().decode())
-            ack = await publish_as_next(lambda h: self._publish(record, schedule, body, h), headers,
-                                        (await stream_info(self.conn, record)).state.last_seq)
+            last = (await stream_info(self.conn, record)).state.last_seq
+            ack = await publish_delayed(self.conn, record, lambda: publish_as_next(
+                lambda h: self._publish(record, schedule, body, h), headers, last))
             if "error" not in ack and not ack.get("duplicate"):
                 await self._note_scheduled(record)
         else:

@@ -26,8 +26,10 @@ def test_stream_config(spec, max_age, max_msg_size):
     assert config.storage == api.StorageType.FILE
     assert config.allow_direct is True
     assert config.allow_atomic is True  # put_many's all-or-none batches
-    # no max_messages: delayed messages (put(delay_s=)) as schedules, which need discard old
-    assert (config.allow_msg_schedules, config.discard) == (True, api.DiscardPolicy.OLD)
+    # no max_messages: discard old, which delayed messages (put(delay_s=)) as schedules need; the
+    # schedules themselves come with the first delayed message (queues/schedules.py)
+    assert (config.allow_msg_schedules, config.discard) == (False, api.DiscardPolicy.OLD)
+    assert mapping.stream_config("qabc", spec, schedules=True).allow_msg_schedules is True
     assert config.max_age == max_age
     assert config.max_msg_size == max_msg_size + HEADER_ROOM  # the body's limit, plus room for headers
 
@@ -46,6 +48,7 @@ def test_stream_capacity_and_dedupe_window(spec, max_msgs, duplicate_window):
     assert config.duplicate_window == duplicate_window
     if spec.max_messages:  # a full queue refuses the new message, keeps the old ones; no schedules then
         assert (config.discard, config.allow_msg_schedules) == (api.DiscardPolicy.NEW, False)
+        assert mapping.stream_config("qabc", spec, schedules=True).allow_msg_schedules is False
 
 
 @pytest.mark.parametrize(
@@ -73,8 +76,9 @@ def test_drift_names_the_fields_that_differ():
     changed = mapping.stream_config("qabc", QueueSpec(name="emails", retention_hours=2, max_message_bytes=2048))
     assert mapping.drift(changed, want, mapping.STREAM_FIELDS) == ["max_age", "max_msg_size"]
     resized = mapping.stream_config("qabc", QueueSpec(name="emails", max_messages=5, dedupe_window_seconds=60))
-    assert mapping.drift(resized, want, mapping.STREAM_FIELDS) == ["discard", "max_msgs", "duplicate_window",
-                                                                   "allow_msg_schedules"]
+    assert mapping.drift(resized, want, mapping.STREAM_FIELDS) == ["discard", "max_msgs", "duplicate_window"]
+    scheduled = mapping.stream_config("qabc", QueueSpec(name="emails"), schedules=True)
+    assert mapping.drift(scheduled, want, mapping.STREAM_FIELDS) == ["allow_msg_schedules"]
     older = mapping.stream_config("qabc", QueueSpec(name="emails"))
     older.allow_atomic = None  # a stream made before put_many: the broker leaves the field out
     assert mapping.drift(older, want, mapping.STREAM_FIELDS) == ["allow_atomic"]
