@@ -64,6 +64,7 @@ async def test_a_delayed_release_turns_them_on(stack, unique_name):
 
 async def test_a_queue_with_max_messages_never_gets_them(stack, unique_name):
     """Its refusal of a delay (test_put.py) stands: the desk does not turn schedules on for it."""
-    async with connect(make_queue(stack, unique_name, max_messages=10)) as queue, pytest.raises(SpecError):
-        await queue.put("later", delay_s=5)
+    async with connect(make_queue(stack, unique_name, max_messages=10)) as queue:
+        with pytest.raises(SpecError):
+            await queue.put("later", delay_s=5)
     assert not await schedules_on(stack, unique_name)
