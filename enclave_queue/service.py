@@ -17,7 +17,7 @@ from .auth.provenance import Provenance
 from .auth.secrets import MasterKey
 from .broker.connection import BrokerConnection
 from .broker.depth import Depth, read_depth, read_depths
-from .controller.accounts import Accounts
+from .controller.accounts import Accounts, in_grace
 from .errors import Conflict, NotFound, field_error, out_of_range
 from .names import CONSUMER, inbox_prefix, stream_name, username
 from .queues.contents import Contents
@@ -282,9 +282,13 @@ class QueueService:
 
     # -- credentials ----------------------------------------------------------------------------
 
-    async def credentials(self, project: str, name: str) -> dict[str, str]:
-        """What a raw NATS client needs to use the queue."""
+    async def credentials(self, project: str, name: str) -> dict[str, Any]:
+        """What a raw NATS client needs to use the queue, and which password it is: its
+        ``password_version`` (1 at creation, one more at each rotation) and, while the one before
+        it still logs in, until when."""
         record = await self.lookup.live(project, name)
+        account = self.accounts.get(record.id)
+        until = account.previous_until if account is not None and in_grace(account) else None
         return {
             "broker_url": self.broker_url(),
             "username": username(record.id),
@@ -293,6 +297,8 @@ class QueueService:
             "inbox_prefix": inbox_prefix(record.id),
             "stream": stream_name(record.id),
             "consumer": CONSUMER,
+            "password_version": account.password_version if account is not None else 1,
+            "previous_password_valid_until": until.isoformat(timespec="seconds") if until else None,
         }
 
     async def rotate_password(self, project: str, name: str, grace_seconds: Any = DEFAULT_GRACE) -> dict[str, Any]:
@@ -302,10 +308,8 @@ class QueueService:
         if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int) or not 0 <= grace_seconds <= MAX_GRACE:
             raise out_of_range("grace_seconds", GRACE_RULE, given(grace_seconds))
         record = await self.lookup.live(project, name)
-        account = await self.accounts.rotate(record.id, grace_seconds)
-        until = account.previous_until.isoformat(timespec="seconds") if account.previous_until else None
-        return {**await self.credentials(project, name), "password_version": account.password_version,
-                "previous_password_valid_until": until}
+        await self.accounts.rotate(record.id, grace_seconds)
+        return await self.credentials(project, name)
 
     async def read_secret(self, project: str, secret: str) -> dict[str, str]:
         """A managed secret's value (today: a queue's password, ``<queue>-password``)."""

@@ -145,7 +145,9 @@ def test_queue_object_keys_are_exactly_the_opentofu_attributes(stack, http, uniq
     secret = http.get(f"/v1/projects/default/secrets/{queue['password_secret']}")
     assert secret.headers["cache-control"] == "no-store"
     creds = http.get(f"/v1/projects/default/queues/{unique_name}/credentials").json()
-    assert set(creds) == {"broker_url", "username", "password", "subject", "inbox_prefix", "stream", "consumer"}
+    assert set(creds) == {"broker_url", "username", "password", "subject", "inbox_prefix", "stream", "consumer",
+                          "password_version", "previous_password_valid_until"}
+    assert (creds["password_version"], creds["previous_password_valid_until"]) == (1, None)  # never rotated
     assert secret.json()["value"] == creds["password"] and len(creds["password"]) >= 32
 
 

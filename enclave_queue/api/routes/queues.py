@@ -72,7 +72,7 @@ async def queue_status(project: str, name: str, service: Service,
 
 
 @router.get("/{name}/credentials", dependencies=[SECRET_READ])
-async def queue_credentials(project: str, name: str, service: Service, response: Response) -> dict[str, str]:
+async def queue_credentials(project: str, name: str, service: Service, response: Response) -> dict[str, Any]:
     response.headers["Cache-Control"] = "no-store"
     return await service.credentials(project, name)
 
