@@ -1,0 +1,46 @@
+"""A restart gives the broker no account claims its resolver directory holds already: with the
+queues unchanged since the last run, not one is pushed, and the queues work on the claims the
+broker kept. One whose claims changed while the stack was down (a password grace that ended) is
+pushed, alone."""
+
+import httpx
+import pytest
+
+from enclave_queue.client import connect
+from enclave_queue.errors import Unauthorized
+from tests.helpers import make_queue
+
+pytestmark = pytest.mark.slow
+
+
+def pushes(stack) -> float:
+    text = httpx.get(f"{stack.api_url}/metrics", headers={"Authorization": f"Bearer {stack.token}"}, timeout=5).text
+    [line] = [line for line in text.splitlines() if line.startswith("enclave_account_pushes_total ")]
+    return float(line.split()[1])
+
+
+async def test_a_restart_pushes_only_the_claims_that_changed(enclave_stack_factory, tmp_path):
+    home = tmp_path / "home"
+    first = enclave_stack_factory(home=home)
+    made = [make_queue(first, f"queue-{n}") for n in range(4)]
+    assert pushes(first) >= 4  # each create gave the broker its account
+    with first.admin() as admin:
+        rotated = admin.rotate_password("default", "queue-0", grace_seconds=1)  # its grace ends while it is down
+    assert first.stop() == 0
+
+    second = enclave_stack_factory(home=home)
+    assert pushes(second) == 1  # queue-0's claims lost the old password's signing key
+    with second.admin() as admin:
+        now = [admin.credentials("default", f"queue-{n}") for n in range(4)]  # on the broker's new port
+    assert [c["password"] for c in now] == [rotated["password"], *(c["password"] for c in made[1:])]
+    for creds in now:
+        async with connect(creds) as queue:
+            await queue.send("after the restart")
+            [message] = await queue.receive(wait=5)
+            await message.delete()
+    with pytest.raises(Unauthorized):  # the old password's grace ended while the stack was down
+        await connect({**now[0], "password": made[0]["password"]})
+    assert second.stop() == 0
+
+    third = enclave_stack_factory(home=home)
+    assert pushes(third) == 0
