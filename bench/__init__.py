@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import shutil
@@ -433,6 +434,41 @@ def percentile(values: list[float], q: float) -> float:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+# -- rounds and spreads ---------------------------------------------------------------------------------
+
+MIN_ROUNDS = 5  #: rounds behind any ratio that is quoted (--quick runs fewer: smoke numbers)
+
+
+def round_order(round_index: int, keys: list[str]) -> list[str]:
+    """The order the sides of a comparison run in a round: as given in even rounds, reversed in
+    odd ones, so neither side always runs first (on a colder cache, or a store just written)."""
+    return list(keys) if round_index % 2 == 0 else list(reversed(keys))
+
+
+def spread(values: list[float], unit: str = "") -> str:
+    """'median (min–max, n=…)' of a figure's rounds or samples."""
+    return f"{fmt(median(values), unit)} ({fmt(min(values), unit)}–{fmt(max(values), unit)}, n={len(values)})"
+
+
+def paired(values: list[float], baselines: list[float], unit: str) -> str:
+    """A note for a row made of rounds: each side's median and spread, and the spread of the
+    ratio round by round (the two sides of a round ran back to back)."""
+    ratios = [v / b for v, b in zip(values, baselines, strict=True) if b]
+    return (f"{len(values)} rounds, order alternated; value {spread(values, unit)}, baseline "
+            f"{spread(baselines, unit)}; ratio per round {min(ratios):.2f}–{max(ratios):.2f}x")
+
+
+def samples_for(q: float) -> int:
+    """The fewest samples a q-th percentile is reported from: enough that five lie above it
+    (p50: 10, p90: 50, p99: 500); from fewer, the 'p99' is only the largest few."""
+    return math.ceil(5 / (1 - q / 100) - 1e-9)
+
+
+def checked_percentile(values: list[float], q: float) -> Optional[float]:
+    """The q-th percentile, or None when there are fewer than ``samples_for(q)`` samples."""
+    return percentile(values, q) if len(values) >= samples_for(q) else None
 
 
 # -- command line -------------------------------------------------------------------------------------

@@ -14,14 +14,18 @@ delivery's (taken − ``sent_at``).
 Baseline, same stack and worker, same run: M messages put without a delay, one every 4 s / M (the
 rate the delayed ones come due), lateness = taken − the moment ``put`` was called.
 
-A last run (get worker) puts 10 delayed messages due 0.5 s apart (delays 1.0, 1.5, … 5.5 s), so
+Sparse runs (get worker) put 10 delayed messages due 0.5 s apart (delays 1.0, 1.5, … 5.5 s), so
 no two come due within 250 ms of each other: nats-server runs its schedules at most every 250 ms,
-so this shows what one delayed message on its own gets.
+so this shows what one delayed message on its own gets. Their baseline is as many immediate
+puts, 0.5 s apart, to the same worker.
 
 Two workers: ``await queue.get(timeout_s=10)`` in a loop, and ``async for m in queue.iterate()``
-(a fresh connection per run, so no pull request outlives it). Rounds alternate delayed and
-immediate; the samples of all rounds are pooled. Default stack (``ENCLAVE_SYNC=always``). Not part
-of ``python -m bench`` (``make bench`` runs it after that): ``python -m bench.delays [--quick]``.
+(a fresh connection per run, so no pull request outlives it). Every round runs each comparison
+(get, iterate, sparse) delayed and immediate, which first alternating round by round (MIN_ROUNDS
+rounds); the samples of all rounds are pooled, both sides of a row have as many, a percentile is
+only reported from enough of them (bench.samples_for), and each row's note gives the count and the
+p50 round by round. Default stack (``ENCLAVE_SYNC=always``). Not part of ``python -m bench``
+(``make bench`` runs it after that): ``python -m bench.delays [--quick]``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,19 @@ from typing import Any
 
 from enclave_queue.client import connect
 
-from . import Report, enclave_stack, main, median, new_queue, percentile, say
+from . import (
+    MIN_ROUNDS,
+    Report,
+    checked_percentile,
+    enclave_stack,
+    main,
+    median,
+    new_queue,
+    paired,
+    percentile,
+    round_order,
+    say,
+)
 
 NAME = "delays"
 SPREAD = (1.0, 5.0)  #: seconds of delay, first and last
@@ -106,8 +122,8 @@ async def one_run(creds: dict[str, str], putter: Any, how: str, delayed: bool, c
             called = time.time()
             await putter.put(body(tag, i), delay_s=delays[i])
             due[i] = called + delays[i]
-        else:  # paced: one every (high - low) / count seconds, as the delayed ones come due
-            pause = put_started + n * (high - low) / count - time.perf_counter()
+        else:  # paced as the delayed ones come due: one every (high - low) / count seconds, or SPARSE_STEP
+            pause = put_started + n * (SPARSE_STEP if sparse else (high - low) / count) - time.perf_counter()
             if pause > 0:
                 await asyncio.sleep(pause)
             due[i] = time.time()
@@ -144,11 +160,11 @@ async def measure(creds: dict[str, str], count: int, rounds: int) -> dict[str, d
                 raise RuntimeError("warm-up message not received")
             await m.ack()
         for r in range(rounds):
-            for how in ("get", "iterate"):
-                kinds = [True, False] if r % 2 == 0 else [False, True]
-                for delayed in kinds:
-                    key = f"{how}_{'delayed' if delayed else 'immediate'}"
-                    out = await one_run(creds, putter, how, delayed, count, f"{r}{key}", rng)
+            for how in ("get", "iterate", "sparse"):
+                for kind in round_order(r, ["delayed", "immediate"]):
+                    key = f"{how}_{kind}"
+                    out = await one_run(creds, putter, "get" if how == "sparse" else how, kind == "delayed",
+                                        SPARSE if how == "sparse" else count, f"{r}{key}", rng, sparse=how == "sparse")
                     into = pooled.setdefault(key, {"late_ms": [], "broker_ms": [], "delivery_ms": [], "early": 0,
                                                    "early_exact": 0, "fired_early": 0, "round_p50_ms": [],
                                                    "put_seconds": []})
@@ -158,25 +174,48 @@ async def measure(creds: dict[str, str], count: int, rounds: int) -> dict[str, d
                         into[field] += out[field]
                     into["round_p50_ms"].append(round(percentile(out["late_ms"], 50), 2))
                     into["put_seconds"].append(round(out["put_seconds"], 3))
-        out = await one_run(creds, putter, "get", True, SPARSE, "sparse", rng, sparse=True)
-        pooled["get_sparse"] = {**out, "round_p50_ms": [round(percentile(out["late_ms"], 50), 2)],
-                                "put_seconds": [round(out["put_seconds"], 3)]}
     return pooled
 
 
-def summary(samples: list[float]) -> dict[str, float]:
+def summary(samples: list[float]) -> dict[str, Any]:
     if not samples:
         return {}
-    return {"p50": round(percentile(samples, 50), 2), "p99": round(percentile(samples, 99), 2),
+    return {"n": len(samples), "p50": round(percentile(samples, 50), 2),
+            "p99": round(p99, 2) if (p99 := checked_percentile(samples, 99)) is not None else None,
             "max": round(max(samples), 2), "min": round(min(samples), 2)}
+
+
+def add_rows(report: Report, how: str, delayed: dict[str, Any], immediate: dict[str, Any], label: str) -> None:
+    """p50, p99 (when there are enough samples) and max of the delayed lateness against the
+    immediate one; both sides have as many samples."""
+    d, i = delayed["late_ms"], immediate["late_ms"]
+    base = f"immediate put, same {label} worker"
+    for name, q in (("p50", 50), ("p99", 99)):
+        value, baseline = checked_percentile(d, q), checked_percentile(i, q)
+        if value is None or baseline is None:
+            say(f"delays: no {name} for {how}: {len(d)} samples")
+            continue
+        note = f"{len(d)} samples a side, pooled over {len(delayed['round_p50_ms'])} rounds"
+        if q == 50:
+            note += "; p50 per round: " + paired(delayed["round_p50_ms"], immediate["round_p50_ms"], "ms")
+        report.add(f"{how}: delayed lateness {name}", value, "ms", baseline=baseline, baseline_case=f"{base} ({name})",
+                   note=note)
+    report.add(f"{how}: delayed lateness max", max(d), "ms", baseline=max(i), baseline_case=f"{base} (max)",
+               note=f"the largest of {len(d)} samples a side")
+    early = delayed["early"] + delayed["early_exact"] + delayed["fired_early"]
+    report.add(f"{how}: delayed messages taken or fired before due", early, "messages", target="value <= 0",
+               note=f"{delayed['early']} taken before put call + d, {delayed['early_exact']} before the schedule's own "
+                    f"time, {delayed['fired_early']} stored by the broker before it; of {len(d)}")
 
 
 def run(quick: bool) -> list[Report]:
     report = Report(NAME, quick)
-    count, rounds = (50, 1) if quick else (200, 3)
-    report.info.update({"messages_per_run": count, "rounds": rounds, "delay_spread_s": list(SPREAD),
-                        "worker_get_timeout_s": TAKE_TIMEOUT, "sync": "always (default)"})
-    say(f"delays: {rounds} round(s) of {count} delayed and {count} immediate puts, get and iterate workers")
+    count, rounds = (50, 2) if quick else (200, MIN_ROUNDS)
+    report.info.update({"messages_per_run": count, "sparse_messages_per_run": SPARSE, "rounds": rounds,
+                        "delay_spread_s": list(SPREAD), "worker_get_timeout_s": TAKE_TIMEOUT,
+                        "sync": "always (default)"})
+    say(f"delays: {rounds} rounds of {count} delayed and {count} immediate puts (get and iterate workers) and "
+        f"{SPARSE} sparse ones of each")
     with enclave_stack() as stack:
         creds = new_queue(stack, "delays")
         pooled = asyncio.run(measure(creds, count, rounds))
@@ -186,27 +225,10 @@ def run(quick: bool) -> list[Report]:
                             "early_vs_schedule": data["early_exact"], "fired_early": data["fired_early"],
                             "round_p50_ms": data["round_p50_ms"], "put_seconds": data["put_seconds"]}
     for how in ("get", "iterate"):
-        d, i = pooled[f"{how}_delayed"], pooled[f"{how}_immediate"]
-        d50, i50 = percentile(d["late_ms"], 50), percentile(i["late_ms"], 50)
-        d99, i99 = percentile(d["late_ms"], 99), percentile(i["late_ms"], 99)
-        base = f"immediate put, same {how} worker"
-        report.add(f"{how}: delayed lateness p50", d50, "ms", baseline=i50, baseline_case=base + " (p50)")
-        report.add(f"{how}: delayed lateness p99", d99, "ms", baseline=i99, baseline_case=base + " (p99)")
-        report.add(f"{how}: delayed lateness max", max(d["late_ms"]), "ms", baseline=max(i["late_ms"]),
-                   baseline_case=base + " (max)")
-        early = d["early"] + d["early_exact"] + d["fired_early"]
-        report.add(f"{how}: delayed messages taken or fired before due", early, "messages", target="value <= 0",
-                   note=f"{d['early']} taken before put call + d, {d['early_exact']} before the schedule's own time, "
-                        f"{d['fired_early']} stored by the broker before it; of {len(d['late_ms'])}")
-        report.info[f"{how}_delayed"]["median_round_p50_ms"] = median(d["round_p50_ms"])
-    s, i = pooled["get_sparse"], pooled["get_immediate"]
-    report.add(f"get: sparse delayed ({SPARSE}, due {SPARSE_STEP:g} s apart) lateness p50", percentile(s["late_ms"], 50),
-               "ms", baseline=percentile(i["late_ms"], 50), baseline_case="immediate put, same get worker (p50)")
-    report.add("get: sparse delayed lateness max", max(s["late_ms"]), "ms", baseline=max(i["late_ms"]),
-               baseline_case="immediate put, same get worker (max)",
-               note="no two due within 250 ms: each schedule run is timed to its message")
-    report.add("get: sparse delayed taken or fired before due", s["early"] + s["early_exact"] + s["fired_early"],
-               "messages", target="value <= 0")
+        add_rows(report, how, pooled[f"{how}_delayed"], pooled[f"{how}_immediate"], how)
+        report.info[f"{how}_delayed"]["median_round_p50_ms"] = median(pooled[f"{how}_delayed"]["round_p50_ms"])
+    add_rows(report, f"get, sparse ({SPARSE} a run, due {SPARSE_STEP:g} s apart)", pooled["sparse_delayed"],
+             pooled["sparse_immediate"], f"get, {SPARSE_STEP:g} s apart,")
     return report.done()
 
 

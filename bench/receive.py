@@ -17,8 +17,12 @@ pull request of one run outlives it).
 SDK deletes are confirmed by the broker (double ack) unless ``confirm=False``; the baseline's are not. Runs on the
 default stack (``ENCLAVE_SYNC=always``) and on an ``interval`` one. A second baseline row times the
 same fetch + ack until the broker has actually removed every message from the stream (polling
-STREAM.INFO), which is what a confirmed delete waits for. The median of the rounds counts.
-Target: SDK >= 1.5x the baseline, on the default stack.
+STREAM.INFO), which is what a confirmed delete waits for.
+
+Every path drains the same number of messages in a run (the delete-each path too), and a round
+runs every path once, in the order given in even rounds and reversed in odd ones (MIN_ROUNDS
+rounds). Each row is the median of the rounds; its note gives both sides' min–max and the ratio
+round by round. Target: SDK >= 1.5x the baseline, on the default stack.
 """
 
 from __future__ import annotations
@@ -32,7 +36,19 @@ import nats.errors
 
 from enclave_queue.client import connect
 
-from . import Report, enclave_stack, main, median, new_queue, raw_connect, raw_pipelined, say
+from . import (
+    MIN_ROUNDS,
+    Report,
+    enclave_stack,
+    main,
+    median,
+    new_queue,
+    paired,
+    raw_connect,
+    raw_pipelined,
+    round_order,
+    say,
+)
 
 NAME = "receive"
 BATCH = 100
@@ -120,69 +136,68 @@ async def wait_empty(js: Any, stream: str, timeout: float = 30.0) -> None:
         raise RuntimeError(f"{left} messages still in the queue {timeout:g} s after a run")
 
 
-async def measure(creds: dict[str, str], count: int, each_count: int, rounds: int) -> dict[str, list[float]]:
-    """msgs/s of each path in every round; the queue is refilled before every run."""
+async def measure(creds: dict[str, str], count: int, rounds: int) -> dict[str, list[float]]:
+    """msgs/s of each path in every round; the queue is refilled with ``count`` before every run."""
     rates: dict[str, list[float]] = {}
     async with connect(creds) as queue:
-        runs: dict[str, tuple[int, Callable[[int], Awaitable[float]]]] = {
-            "baseline": (count, lambda n: baseline(creds, n)),
-            "baseline_until_empty": (count, lambda n: baseline(creds, n, until_empty=True)),
-            "sdk_receive_delete_many": (count, lambda n: sdk_receive_loop(queue, n)),
-            "sdk_messages_delete_many": (count, lambda n: sdk_messages_chunked(queue, n)),
-            "sdk_messages_delete_each": (each_count, lambda n: sdk_messages_each(queue, n)),
-            "sdk_receive_delete_unconfirmed": (count, lambda n: sdk_receive_loop(queue, n, confirm=False)),
+        runs: dict[str, Callable[[int], Awaitable[float]]] = {
+            "baseline": lambda n: baseline(creds, n),
+            "baseline_until_empty": lambda n: baseline(creds, n, until_empty=True),
+            "sdk_receive_delete_many": lambda n: sdk_receive_loop(queue, n),
+            "sdk_messages_delete_many": lambda n: sdk_messages_chunked(queue, n),
+            "sdk_messages_delete_each": lambda n: sdk_messages_each(queue, n),
+            "sdk_receive_delete_unconfirmed": lambda n: sdk_receive_loop(queue, n, confirm=False),
         }
         nc = await raw_connect(creds)
         try:
             js = nc.jetstream()
             await raw_pipelined(creds, 1000)  # warm-up
             await sdk_receive_loop(queue, 1000)
-            for _ in range(rounds):
-                for key, (n, fn) in runs.items():
+            for r in range(rounds):
+                for key in round_order(r, list(runs)):
                     await wait_empty(js, creds["stream"])
-                    await raw_pipelined(creds, n, nc=nc)
-                    rates.setdefault(key, []).append(n / await fn(n))
+                    await raw_pipelined(creds, count, nc=nc)
+                    rates.setdefault(key, []).append(count / await runs[key](count))
         finally:
             await nc.close()
     return rates
 
 
+BASE_CASE = "nats-py pull_subscribe_bind + fetch(100) + m.ack()"
+
+
+def add_rows(report: Report, sync: str, rates: dict[str, list[float]]) -> None:
+    best = {k: median(vs) for k, vs in rates.items()}
+
+    def row(case: str, key: str, against: str = "baseline", why: str = "") -> None:
+        report.add(f"sync={sync}: {case}", best[key], "msgs/s", baseline=best[against],
+                   baseline_case=BASE_CASE if against == "baseline" else "fetch + ack until the stream is empty",
+                   target="ratio >= 1.5" if (sync, key) == ("always", "sdk_receive_delete_unconfirmed") else "",
+                   note=(why + "; " if why else "") + paired(rates[key], rates[against], "msgs/s"))
+
+    row("SDK receive(100) + delete_many(confirm=False)", "sdk_receive_delete_unconfirmed",
+        why="like for like: neither side waits for the broker to confirm the deletes")
+    row("SDK receive(100) + delete_many (confirmed)", "sdk_receive_delete_many")
+    row("SDK messages(100) + delete_many/100 (confirmed)", "sdk_messages_delete_many")
+    row("SDK messages(100) + m.delete() each", "sdk_messages_delete_each")
+    row("baseline timed until the stream is empty", "baseline_until_empty",
+        why="ack() does not wait for the broker; this is when the broker had really removed them")
+    row("SDK receive(100) + delete_many vs that", "sdk_receive_delete_many", against="baseline_until_empty",
+        why="like for like: both wait until the broker has removed the messages")
+
+
 def run(quick: bool) -> list[Report]:
     report = Report(NAME, quick)
-    plans = {
-        # sync mode: (messages per run, messages per run with a delete each, rounds)
-        "always": (3000, 1000, 1) if quick else (4000, 1500, 2),
-        "interval": (3000, 1000, 1) if quick else (15000, 4000, 2),
-    }
-    report.info.update({"batch": BATCH, "plans": {k: {"messages": c, "messages_delete_each": e, "rounds": r}
-                                                  for k, (c, e, r) in plans.items()}})
-    base_case = "nats-py pull_subscribe_bind + fetch(100) + m.ack()"
-    for sync, (count, each_count, rounds) in plans.items():
-        say(f"receive: stack ENCLAVE_SYNC={sync}, {count} messages per run, {rounds} round(s)")
+    rounds = 2 if quick else MIN_ROUNDS
+    plans = {"always": 1000 if quick else 3000, "interval": 2000 if quick else 8000}  #: messages per run
+    report.info.update({"batch": BATCH, "rounds": rounds, "messages_per_run": plans})
+    for sync, count in plans.items():
+        say(f"receive: stack ENCLAVE_SYNC={sync}, {count} messages per run, {rounds} rounds")
         with enclave_stack({"ENCLAVE_SYNC": sync}) as stack:
             creds = new_queue(stack, f"receive-{sync}")
-            rates = asyncio.run(measure(creds, count, each_count, rounds))
+            rates = asyncio.run(measure(creds, count, rounds))
         report.info[f"msgs_per_s_{sync}"] = {k: [round(v) for v in vs] for k, vs in rates.items()}
-        best = {k: median(vs) for k, vs in rates.items()}
-        base = best["baseline"]
-        target = "ratio >= 1.5" if sync == "always" else ""
-        report.add(f"sync={sync}: SDK receive(100) + delete_many(confirm=False)", best["sdk_receive_delete_unconfirmed"],
-                   "msgs/s", baseline=base, baseline_case=base_case, target=target,
-                   note="like for like: neither side waits for the broker to confirm the deletes"
-                   if sync == "always" else "")
-        report.add(f"sync={sync}: SDK receive(100) + delete_many (confirmed)", best["sdk_receive_delete_many"], "msgs/s",
-                   baseline=base, baseline_case=base_case)
-        report.add(f"sync={sync}: SDK messages(100) + delete_many/100 (confirmed)", best["sdk_messages_delete_many"],
-                   "msgs/s", baseline=base, baseline_case=base_case)
-        report.add(f"sync={sync}: SDK messages(100) + m.delete() each", best["sdk_messages_delete_each"], "msgs/s",
-                   baseline=base, baseline_case=base_case)
-        report.add(f"sync={sync}: baseline timed until the stream is empty", best["baseline_until_empty"], "msgs/s",
-                   baseline=base, baseline_case=base_case,
-                   note="ack() does not wait for the broker; this is when the broker had really removed them"
-                   if sync == "always" else "")
-        report.add(f"sync={sync}: SDK receive(100) + delete_many vs that", best["sdk_receive_delete_many"], "msgs/s",
-                   baseline=best["baseline_until_empty"], baseline_case="fetch + ack until the stream is empty",
-                   note="like for like: both wait until the broker has removed the messages" if sync == "always" else "")
+        add_rows(report, sync, rates)
     return report.done()
 
 

@@ -1,21 +1,45 @@
-"""The Typer app: ``enclave up`` (server.py) and ``enclave queue …`` (queue.py, deadletters.py).
+"""The Typer app: ``enclave up`` (server.py), ``enclave queue …`` (queue.py, deadletters.py) and
+``enclave access-key …`` (access_keys.py).
 main.py runs it and turns what it raises into ``error: …`` lines."""
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
 import typer
 from typer.core import TyperOption
 
-from . import deadletters, queue, server  # noqa: F401 - deadletters adds commands to queue
+from . import access_keys, deadletters, queue, server  # noqa: F401 - deadletters adds commands to queue
 
 app = typer.Typer(
     name="enclave",
     help="Enclave Queues: managed queues over NATS JetStream.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        try:
+            number = version("enclave-queue")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            number = "unknown"
+        print(f"enclave {number}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Enclave Queues: managed queues over NATS JetStream."""
+
+
 app.add_typer(queue.app, name="queue")
+app.add_typer(access_keys.app, name="access-key")
 app.command("up")(server.up)
 
 _display_type = TyperOption.display_type_rich

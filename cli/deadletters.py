@@ -13,18 +13,18 @@ from enclave_queue.admin import check_path_part
 
 from .client import api
 from .options import Json, Name, Project, finite, utf8
-from .output import err, out, print_json, safe_text, show_list
+from .output import Col, ago, err, out, print_json, safe_text, show_list
 from .queue import app, checked, project_of
 
 Seq = Annotated[int, typer.Argument(help="The dead letter's sequence (from 'dead-letters').")]
 
 LETTER_COLUMNS = {
-    "sequence": "SEQ",
-    "source_queue": "FROM",
-    "receive_count": "RECEIVES",
-    "last_error": "LAST ERROR",
-    "dead_lettered_at": "DEAD SINCE",
-    "body": "BODY",
+    "sequence": Col("SEQ", numeric=True),
+    "source_queue": Col("FROM"),
+    "receive_count": Col("RECEIVES", numeric=True),
+    "last_error": Col("LAST ERROR", free=True),
+    "dead_since": Col("DEAD SINCE"),
+    "body": Col("BODY", free=True),
 }
 POLL_SECONDS = 0.2
 
@@ -41,7 +41,8 @@ def dead_letters(
     if json:
         print_json(page)
         return
-    rows = [{**letter, "body": (letter["body"] or "(binary)")[:60]} for letter in page["dead_letters"]]
+    rows = [{**letter, "dead_since": ago(letter["dead_lettered_at"]), "body": (letter["body"] or "(binary)")[:60]}
+            for letter in page["dead_letters"]]
     show_list(rows, LETTER_COLUMNS, empty=f"No dead letters in '{name}'.")  # show_list makes every cell safe
     if page["next_after"] is not None:
         err.print(f"More: --after {safe_text(page['next_after'])}")

@@ -3,6 +3,9 @@ what it raises into ``error: <sentence>`` on stderr with the exit code from erro
 (``ENCLAVE_TRACEBACK=1`` shows the traceback too). The sentence may carry the server's text:
 it is printed through ``output.safe_text``.
 
+A command line of the wrong shape (a missing argument, an unknown option or command) adds the
+command's usage and ``Try '… --help' for help.`` under the error line.
+
 No command prints a traceback: an exception nothing expected becomes
 ``error: <ClassName>: <message>`` and exit 1; Ctrl-C is exit 130, at any moment (the app is
 imported inside ``main``, so an early Ctrl-C is caught too); a stdout closed early
@@ -55,9 +58,26 @@ def _run(argv: list[str] | None) -> int:
         message = exc.format_message()
         if not message.strip():  # no command given (no_args_is_help): the help is printed already
             return exc.exit_code
-        return _fail(message, exc.exit_code, exc)
+        code = _fail(message, exc.exit_code, exc)
+        hint = _usage_hint(exc)
+        if hint:
+            print(hint, file=sys.stderr)
+        return code
     except Exit as exc:
         return exc.exit_code
+
+
+def _usage_hint(exc: Exception) -> str:
+    """For a command line of the wrong shape (an argument missing or one too many, an option or a
+    command that does not exist): the command's usage and where its help is, under the error
+    line. Not for a bad value (the error names the option and the rule already)."""
+    from typer._click.exceptions import BadParameter, MissingParameter, UsageError
+
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None or not isinstance(exc, UsageError) or (isinstance(exc, BadParameter)
+                                                          and not isinstance(exc, MissingParameter)):
+        return ""
+    return f"{ctx.get_usage()}\nTry '{ctx.command_path} --help' for help."
 
 
 def _fail(message: str, code: int, exc: BaseException | None) -> int:

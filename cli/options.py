@@ -76,4 +76,5 @@ MaxBytes = Annotated[Optional[int], typer.Option("--max-bytes", help="Bytes the 
 MaxMessages = Annotated[Optional[int], typer.Option("--max-messages", help="Messages the queue holds at most (0–10000000; 0 = no limit); a full queue refuses new ones.")]
 DedupeWindow = Annotated[Optional[int], typer.Option("--dedupe-window-seconds", help="Seconds a dedupe key is remembered (1–86400, at most the retention; default 3600).")]
 RetryBackoff = Annotated[Optional[str], typer.Option("--retry-backoff-seconds", metavar="LIST", callback=backoff_text, help="Whole seconds before each retry, separated by commas (e.g. 5,30,120; the last repeats).")]
+Replicas = Annotated[Optional[int], typer.Option("--replicas", help="Nodes that keep the queue's messages: 1, or 3 on a cluster of three nodes or more (the default there; 1 on one node).")]
 Priorities = Annotated[bool, typer.Option("--priorities", help="Messages may carry a priority (0–9, higher taken first). Once on it cannot be turned off: there is no option to.")]

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from enclave_queue.admin import check_path_part
-from enclave_queue.errors import SpecError
+from enclave_queue.errors import EnclaveError, SpecError
 from enclave_queue.settings import ClientSettings
 from enclave_queue.spec import MAX_RECEIVE_WAIT, RECEIVE_WAIT_RULE
 
@@ -35,6 +35,7 @@ from .options import (
     Name,
     Priorities,
     Project,
+    Replicas,
     RetentionHours,
     RetryBackoff,
     UsageError,
@@ -45,7 +46,20 @@ from .options import (
     finite,
     utf8,
 )
-from .output import QUEUE_COLUMNS, err, out, print_json, safe_text, show_list, show_object
+from .output import (
+    QUEUE_COLUMNS,
+    Col,
+    ago,
+    err,
+    out,
+    print_json,
+    safe_text,
+    show_list,
+    show_object,
+    span,
+    stamp,
+)
+from .watch import CONDITION_COLUMNS, condition_rows, watch_status
 
 app = typer.Typer(help="Declare, inspect and use queues.", no_args_is_help=True)
 
@@ -77,7 +91,7 @@ def create(
     dead_letter_queue: DeadLetterQueue = None, retention_hours: RetentionHours = None,
     max_message_bytes: MaxMessageBytes = None, retry_backoff_seconds: RetryBackoff = None,
     max_messages: MaxMessages = None, dedupe_window_seconds: DedupeWindow = None, priorities: Priorities = False,
-    max_bytes: MaxBytes = None, wait: Wait = False, json: Json = False,
+    max_bytes: MaxBytes = None, replicas: Replicas = None, wait: Wait = False, json: Json = False,
 ) -> None:
     """Create a queue."""
     project = project_of(project)
@@ -86,6 +100,7 @@ def create(
         dead_letter_queue=dead_letter_queue, retention_hours=retention_hours, max_message_bytes=max_message_bytes,
         retry_backoff_seconds=backoff_list(retry_backoff_seconds), max_messages=max_messages,
         dedupe_window_seconds=dedupe_window_seconds, priorities=priorities or None, max_bytes=max_bytes,
+        replicas=replicas,
     )
     with api() as client:
         queue = client.create_queue(project, spec)
@@ -93,14 +108,39 @@ def create(
             with err.status(f"Waiting for queue '{name}' to be ready…"):
                 queue = client.wait_ready(project, name)
     show_object(queue, as_json=json)
+    lease_note(queue)
+
+
+def lease_note(queue: dict[str, Any]) -> None:
+    """Say on stderr that a retry backoff, not the visibility timeout, is what a receive is leased for."""
+    backoff = queue.get("retry_backoff_seconds")
+    if backoff:
+        steps = " s, then ".join(str(step) for step in backoff[:3]) + " s" + (", …" if len(backoff) > 3 else "")
+        err.print(f"Note: with a retry backoff, each receive is leased for its entry ({steps}; the last repeats); "
+                  f"the visibility timeout ({safe_text(queue.get('visibility_timeout_seconds'))} s) is not used.",
+                  markup=False)
 
 
 @app.command("list")
 def list_(project: Project = None, json: Json = False) -> None:
-    """List the queues of a project."""
+    """List the queues of a project with their state and counts (--json: their settings)."""
     with api() as client:
-        queues = client.list_queues(project_of(project))
-    show_list(queues, QUEUE_COLUMNS, as_json=json, empty="No queues yet: create one with 'enclave queue create NAME'.")
+        if json:
+            print_json(client.list_queues(project_of(project)))
+            return
+        rows = client.overview(project_of(project))
+    show_list([overview_row(row) for row in rows], QUEUE_COLUMNS,
+              empty="No queues yet: create one with 'enclave queue create NAME'.")
+
+
+def overview_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of the overview as ``list`` shows it: '–' where a count is not known (a queue not
+    ready yet, or one without a dead-letter queue)."""
+    depth = row.get("depth") or {}
+    shown = {key: ("–" if depth.get(key) is None else depth[key]) for key in ("waiting", "in_flight", "delayed", "dead")}
+    oldest = depth.get("oldest_age_seconds")
+    return {"name": row["name"], "state": row["state"], **shown, "oldest": "–" if oldest is None else span(oldest),
+            "dead_letter_queue": row.get("dead_letter_queue") or ""}
 
 
 @app.command()
@@ -111,17 +151,27 @@ def get(name: Name, project: Project = None, json: Json = False) -> None:
 
 
 @app.command()
-def status(name: Name, project: Project = None, json: Json = False) -> None:
-    """Show a queue's state and status conditions."""
+def status(
+    name: Name, project: Project = None, json: Json = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep showing the state and counts, refreshed every --interval seconds, until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option("--interval", metavar="SECONDS", callback=finite, help="Seconds between refreshes with --watch (0.5–60).")] = 2.0,
+) -> None:
+    """Show a queue's state and status conditions (--watch: live, with its counts and rates)."""
+    exclusive(json=json, watch=watch)
+    if not 0.5 <= interval <= 60:
+        raise typer.BadParameter(f"must be from 0.5 to 60 seconds (got {interval:g}).", param_hint="'--interval'")
+    project = project_of(project)
     with api() as client:
-        data = client.queue_status(project_of(project), name)
+        if watch:
+            watch_status(client, project, name, interval)
+            return
+        data = client.queue_status(project, name)
     if json:
         print_json(data)
         return
     show_object({k: data[k] for k in ("state", "message", "generation", "observed_generation", "dead_lettered",
                                       "discarded")})
-    show_list(data["conditions"], {"type": "CONDITION", "status": "STATUS", "reason": "REASON", "message": "MESSAGE",
-                                   "last_transition_time": "SINCE"})
+    show_list(condition_rows(data), CONDITION_COLUMNS)
 
 
 @app.command()
@@ -134,7 +184,7 @@ def update(
     retry_backoff_seconds: RetryBackoff = None,
     no_retry_backoff: Annotated[bool, typer.Option("--no-retry-backoff", help="Remove the retry schedule.")] = False,
     max_messages: MaxMessages = None, dedupe_window_seconds: DedupeWindow = None, priorities: Priorities = False,
-    max_bytes: MaxBytes = None, wait: Wait = False, json: Json = False,
+    max_bytes: MaxBytes = None, replicas: Replicas = None, wait: Wait = False, json: Json = False,
 ) -> None:
     """Change a queue's settings in place."""
     exclusive(dead_letter_queue=dead_letter_queue is not None, no_dead_letter_queue=no_dead_letter_queue)
@@ -145,6 +195,7 @@ def update(
         dead_letter_queue=dead_letter_queue, retention_hours=retention_hours, max_message_bytes=max_message_bytes,
         retry_backoff_seconds=backoff_list(retry_backoff_seconds), max_messages=max_messages,
         dedupe_window_seconds=dedupe_window_seconds, priorities=priorities or None, max_bytes=max_bytes,
+        replicas=replicas,
     )
     if no_dead_letter_queue:
         changes["dead_letter_queue"] = None
@@ -156,6 +207,7 @@ def update(
             with err.status(f"Waiting for queue '{name}' to be ready…"):
                 queue = client.wait_ready(project, name)
     show_object(queue, as_json=json)
+    lease_note(queue)
 
 
 @app.command()
@@ -228,7 +280,7 @@ def send(
                   "nothing added.")
     elif result.get("delayed_until"):
         out.print(f"Sent message {safe_text(result['sequence'])} to '{name}', delayed until "
-                  f"{safe_text(result['delayed_until'])}.")
+                  f"{safe_text(stamp(result['delayed_until']))} ({ago(result['delayed_until'])}).")
     else:
         out.print(f"Sent message {safe_text(result['sequence'])} to '{name}'.")
 
@@ -249,14 +301,27 @@ def receive(
     name: Name, project: Project = None,
     max_messages: Annotated[int, typer.Option("--max", help="Most messages to take (1–100).")] = 1,
     wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", callback=finite, help="Seconds to wait for a message (0–20).")] = 1.0,
+    delete: Annotated[bool, typer.Option("--delete", help="Delete each message once received (take it off the queue for good).")] = False,
     json: Json = False,
 ) -> None:
     """Receive messages by hand; each stays hidden for the visibility timeout unless deleted."""
     if not 0 <= wait <= MAX_RECEIVE_WAIT:  # the API's own rule, checked here too: the request's timeout is wait + 10 s
         raise SpecError(f"wait must be {RECEIVE_WAIT_RULE} (got {wait!r}).")
+    project = project_of(project)
     with api() as client:
-        messages = client.receive(project_of(project), name, max_messages, wait)
-    if json:
+        messages = client.receive(project, name, max_messages, wait)
+        if delete:  # shown once the broker confirmed each delete: nothing shown as deleted is left
+            for done, message in enumerate(messages):
+                try:
+                    client.delete_message(project, name, message["receipt"])
+                except EnclaveError:
+                    show_received(messages[:done], deleted=True, as_json=json)
+                    raise
+    show_received(messages, deleted=delete, as_json=json)
+
+
+def show_received(messages: list[dict[str, Any]], *, deleted: bool, as_json: bool) -> None:
+    if as_json:
         print_json(messages)
         return
     if not messages:
@@ -264,26 +329,44 @@ def receive(
         return
     for message in messages:
         body = message["body"] if message["body"] is not None else f"(binary) {message['body_base64']}"
+        hidden = "deleted" if deleted else hidden_for(message.get("visible_again_at"))
         out.print(f"[bold]#{safe_text(message['sequence'])}[/bold] receive {safe_text(message['receive_count'])}, "
-                  f"sent {safe_text(message['sent_at'])}")
+                  f"sent {ago(message['sent_at'])} ({safe_text(stamp(message['sent_at']))}), {hidden}")
+        for key, value in (message.get("headers") or {}).items():
+            out.print(f"  header:  {safe_text(key, markup=False)}: {safe_text(value, markup=False)}", markup=False)
         out.print(f"  body:    {safe_text(body, markup=False)}", markup=False)
-        out.print(f"  receipt: {safe_text(message['receipt'], markup=False)}", markup=False)
+        if not deleted:
+            out.print(f"  receipt: {safe_text(message['receipt'], markup=False)}", markup=False)
+    if deleted:
+        err.print(f"Deleted {len(messages)} message(s).")
+
+
+def hidden_for(until: Optional[str]) -> str:
+    """'hidden for 10 s' (its lease), or 'visible again' once it has run out."""
+    left = ago(until)
+    return f"hidden {left.replace('in ', 'for ', 1)}" if left.startswith("in ") else "visible again"
 
 
 # a receipt is base64url, so it may begin with "-": taken as the argument, not as an unknown option
 @app.command("delete-message", context_settings={"ignore_unknown_options": True})
 def delete_message(
     name: Name,
-    receipt: Annotated[str, typer.Argument(help="The receipt handle 'receive' printed.")],
+    receipt: Annotated[str, typer.Argument(metavar="RECEIPT|SEQ", help="The receipt handle 'receive' printed, or the message's sequence (as 'receive' and 'peek' show it: #SEQ).")],
     project: Project = None,
 ) -> None:
-    """Delete a received message by its receipt handle."""
+    """Delete a message: a received one by its receipt, or any one by its sequence."""
+    project = project_of(project)
     with api() as client:
-        client.delete_message(project_of(project), name, receipt)
+        if receipt.isascii() and receipt.isdigit():  # a sequence: a receipt is far longer than any number
+            client.delete_sequence(project, name, int(receipt))
+            err.print(f"Message {int(receipt)} deleted.")
+            return
+        client.delete_message(project, name, receipt)
     err.print("Message deleted.")
 
 
-PEEK_COLUMNS = {"sequence": "SEQ", "sent_at": "SENT", "content_type": "TYPE", "body": "BODY"}
+PEEK_COLUMNS = {"sequence": Col("SEQ", numeric=True), "sent": Col("SENT"), "content_type": Col("TYPE"),
+                "body": Col("BODY", free=True)}
 
 
 @app.command()
@@ -297,7 +380,8 @@ def peek(
     if json:
         print_json({"messages": messages})
         return
-    rows = [{**m, "body": (m["body"] if m["body"] is not None else "(binary)")[:60]} for m in messages]
+    rows = [{**m, "sent": ago(m["sent_at"]), "body": (m["body"] if m["body"] is not None else "(binary)")[:60]}
+            for m in messages]
     show_list(rows, PEEK_COLUMNS, empty=f"No messages in '{name}'.")
 
 

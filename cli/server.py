@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
@@ -11,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from enclave_queue.errors import SpecError
-from enclave_queue.settings import EnclaveSettings
+from enclave_queue.settings import EnclaveSettings, check_node_name, parse_routes
 from enclave_queue.spec import shown
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -21,6 +22,9 @@ def up(
     data_dir: Annotated[Optional[str], typer.Option("--data-dir", metavar="PATH", help="Data directory (ENCLAVE_HOME, default ~/.enclave).")] = None,
     broker_port: Annotated[Optional[int], typer.Option("--broker-port", min=0, max=65535, help="Broker port (0 = any free port; default 4222).")] = None,
     api_port: Annotated[Optional[int], typer.Option("--api-port", min=0, max=65535, help="API port (0 = any free port; default 7780).")] = None,
+    node_name: Annotated[Optional[str], typer.Option("--node-name", metavar="NAME", help="This node's name, unique in its cluster (ENCLAVE_NODE_NAME, default 'enclave').")] = None,
+    cluster_port: Annotated[Optional[int], typer.Option("--cluster-port", min=1, max=65535, help="Port this node's cluster routes listen on: makes it a cluster node (ENCLAVE_CLUSTER_PORT).")] = None,
+    routes: Annotated[Optional[str], typer.Option("--routes", metavar="HOST:PORT,...", help="The other nodes' cluster ports (ENCLAVE_ROUTES).")] = None,
 ) -> None:
     """Run Enclave Queues in the foreground until Ctrl-C or SIGTERM (one per data dir)."""
     overrides: dict[str, object] = {}
@@ -32,7 +36,15 @@ def up(
         overrides["broker_port"] = broker_port
     if api_port is not None:
         overrides["api_port"] = api_port
+    if node_name is not None:
+        overrides["node_name"] = check_node_name(node_name, "--node-name")
+    if cluster_port is not None:
+        overrides["cluster_port"] = cluster_port
+    if routes is not None:
+        overrides["routes"] = parse_routes(routes, "--routes")
     settings = EnclaveSettings.from_env(**overrides)
+    if settings.clustered and not os.environ.get("ENCLAVE_SYNC"):  # a cluster's default, as with ENCLAVE_ROUTES
+        settings = replace(settings, sync="interval")
     settings = replace(settings, home=settings.home.resolve())  # absolute: in messages, in the broker's command line
     if not isinstance(logging.getLevelName(settings.log_level.upper()), int):  # as basicConfig reads it
         raise SpecError(f"ENCLAVE_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)} (got {shown(settings.log_level)}).")

@@ -157,6 +157,10 @@ class AdminClient:
     def list_queues(self, project: str) -> list[dict[str, Any]]:
         return self.request("GET", self._queues(project))
 
+    def overview(self, project: str) -> list[dict[str, Any]]:
+        """Every queue of the project with its state and depth (``depth`` None while not ready)."""
+        return self.request("GET", url_path("v1", "projects", ("project", project), "queues", "-", "overview"))["queues"]
+
     def create_queue(self, project: str, spec: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", self._queues(project), json=spec)
 
@@ -218,9 +222,17 @@ class AdminClient:
 
     # -- dead letters ---------------------------------------------------------------------------
 
-    def list_dead_letters(self, project: str, name: str, limit: int = 50, after: int = 0) -> dict[str, Any]:
-        return self.request("GET", self._queue(project, name, "dead-letters"),
-                            params={"limit": limit, "after": after})
+    def list_dead_letters(self, project: str, name: str, limit: int = 50, after: int = 0,
+                          source: Optional[str] = None) -> dict[str, Any]:
+        """A page of the queue's letters; with ``source``, only those from that queue."""
+        params: dict[str, Any] = {"limit": limit, "after": after}
+        if source is not None:
+            params["source"] = source
+        return self.request("GET", self._queue(project, name, "dead-letters"), params=params)
+
+    def dead_letter_counts(self, project: str, name: str) -> dict[str, Any]:
+        """``{"total", "by_source", "sources"}``: the queue's messages, its letters by source queue."""
+        return self.request("GET", self._queue(project, name, "dead-letters", "counts"))
 
     def retry_dead_letter(self, project: str, name: str, seq: int) -> dict[str, Any]:
         return self.request("POST", self._queue(project, name, "dead-letters", ("sequence", seq), "retry"))
@@ -229,7 +241,7 @@ class AdminClient:
         self.request("DELETE", self._queue(project, name, "dead-letters", ("sequence", seq)))
 
     def start_redrive(self, project: str, name: str, **options: Any) -> dict[str, Any]:
-        """Options: to, max, rate, filter_error, dry_run. Returns the task (poll redrive_status)."""
+        """Options: to, max, rate, filter_error, dry_run, source. Returns the task (poll redrive_status)."""
         body = {k: v for k, v in options.items() if v is not None}
         return self.request("POST", self._queue(project, name, "redrives"), json=body)
 
@@ -260,6 +272,10 @@ class AdminClient:
 
     def delete_message(self, project: str, name: str, receipt: str) -> None:
         self.request("DELETE", self._queue(project, name, "messages", ("receipt", receipt)))
+
+    def delete_sequence(self, project: str, name: str, seq: int) -> None:
+        """Delete the message stored at ``seq`` without a receipt (waiting, in flight or delayed)."""
+        self.request("DELETE", self._queue(project, name, "messages", "sequence", ("sequence", seq)))
 
     def nack_message(self, project: str, name: str, receipt: str, delay: float = 0) -> None:
         self.request("POST", self._queue(project, name, "messages", ("receipt", receipt), "nack"),

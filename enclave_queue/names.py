@@ -124,3 +124,5 @@ STATUS_BUCKET = "enclave-status"
 ACCOUNTS_BUCKET = "enclave-accounts"
 TOKENS_BUCKET = "enclave-tokens"
 COUNTERS_BUCKET = "enclave-counters"
+#: the control-plane lease of a cluster (controller/lease.py)
+LEASE_BUCKET = "enclave-lease"

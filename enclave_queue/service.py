@@ -8,6 +8,7 @@ redrive). Every method raises errors from ``errors.py`` with one sentence naming
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -26,11 +27,14 @@ from .queues.letters import Letters
 from .queues.lookup import Lookup, not_ready, queue_missing
 from .queues.messages import Messages
 from .queues.samples import check_hours, history
+from .queues.streams import stream_info
+from .queues.tally import DeadLetterTally
 from .retry import UNAVAILABLE
 from .spec import (
     DEFAULT_GRACE,
     GRACE_RULE,
     MAX_GRACE,
+    REPLICAS_RULE,
     Queue,
     QueuePatch,
     QueueSpec,
@@ -52,8 +56,12 @@ class QueueService:
 
     def __init__(self, store: Store, conn: BrokerConnection, accounts: Accounts, master: MasterKey,
                  broker_url: Callable[[], str], internal_broker_url: str,
-                 status_changed: Optional[Callable[[str, float], Awaitable[None]]] = None) -> None:
+                 status_changed: Optional[Callable[[str, float], Awaitable[None]]] = None,
+                 broker_urls: Optional[Callable[[], list[str]]] = None, nodes: int = 1) -> None:
         self.store = store
+        self.nodes = nodes  #: the nodes of the cluster (1: a single node)
+        #: every node's broker URL, this one's first (a cluster: apps may connect to any)
+        self.broker_urls = broker_urls or (lambda: [broker_url()])
         self.status_changed = status_changed
         self.conn = conn
         self.accounts = accounts
@@ -63,7 +71,8 @@ class QueueService:
         self.letters = Letters(conn, self.lookup, Provenance.from_master(master))
         self.messages = Messages(conn, store, self.lookup, self.letters, master)
         self.contents = Contents(conn, store, self.lookup, self.letters)
-        self.dead_letters = DeadLetterOps(conn, store, self.lookup, self.letters)
+        self.tally = DeadLetterTally(conn, self.letters)
+        self.dead_letters = DeadLetterOps(conn, store, self.lookup, self.letters, self.tally)
         #: by project: held while a write that adds or removes a dead-letter link checks the links
         #: and is made, so that two writes each fine alone (a → b and b → a; a DLQ deleted while
         #: a queue naming it is created) cannot both pass their checks. One control process
@@ -116,9 +125,22 @@ class QueueService:
                 return
             record = nxt[0]
 
+    def _placed(self, spec: QueueSpec, given: bool) -> QueueSpec:
+        """``spec`` with the cluster's default replicas unless ``given``; SpecError naming replicas
+        if the cluster has fewer nodes than it asks for."""
+        if not given and self.nodes >= 3:
+            spec = spec.model_copy(update={"replicas": 3})
+        if spec.replicas > self.nodes:
+            raise field_error("replicas", f"must be {REPLICAS_RULE}",
+                              f"replicas {spec.replicas} needs a cluster of {spec.replicas} nodes or more; this one "
+                              f"has {self.nodes}. Use replicas 1.")
+        return spec
+
     async def create(self, spec: QueueSpec) -> Queue:
-        """Declare a queue. Conflict if the name is taken; SpecError if the DLQ does not exist;
-        StorageFull if its max_bytes does not fit in the broker's store."""
+        """Declare a queue. Conflict if the name is taken; SpecError if the DLQ does not exist, or it
+        asks for more replicas than the cluster has nodes; StorageFull if its max_bytes does not
+        fit in the broker's store."""
+        spec = self._placed(spec, "replicas" in spec.model_fields_set)
         if spec.dead_letter_queue is None:
             return await self._create(spec)
         async with self._links[spec.project]:
@@ -151,7 +173,7 @@ class QueueService:
             record, revision = await self.lookup.get(project, name)
             if record.deleting:
                 raise queue_missing(project, name)
-            spec = patch.apply(record.spec)
+            spec = self._placed(patch.apply(record.spec), True)
             if spec == record.spec:
                 return self.view(record)
             if spec.max_bytes > record.spec.max_bytes:  # refused now, not found Errored later
@@ -191,6 +213,7 @@ class QueueService:
                 except Conflict:
                     continue
             self.lookup.deleting(record.id)
+            self.tally.forget(record.id)
             return
         raise Conflict(f"Queue '{name}' in project '{project}' kept changing while being deleted; try again.")
 
@@ -236,19 +259,60 @@ class QueueService:
     # -- depth --------------------------------------------------------------------------------
 
     async def depth(self, project: str, name: str) -> Depth:
-        """How many messages the queue holds now, and where they are (see broker/depth.py)."""
+        """How many messages the queue holds now, and where they are (see broker/depth.py);
+        ``dead`` counts this queue's own letters on its dead-letter queue (queues/tally.py), which
+        other queues may share."""
         record = await self.lookup.ready(project, name)
         dlq = await self.lookup.dead_letter_queue(record)
         try:
-            return await read_depth(self.conn, record.id, dlq.id if dlq else None)
+            depth = await read_depth(self.conn, record.id, dlq.id if dlq else None)
         except UNAVAILABLE:
             raise not_ready(record) from None
+        own = await self._own_letters([record], [depth], {dlq.key: dlq} if dlq else {})
+        return own[0] or depth
 
     async def depths(self, project: str) -> list[tuple[Queue, Optional[Depth]]]:
-        """Every queue of a project with its depth (None where it could not be read: not ready)."""
+        """Every queue of a project with its depth (None where it could not be read: not ready);
+        ``dead`` as ``depth`` counts it."""
         records = await declared(self.store, f"{project}.*")
         found = await read_depths(self.conn, depth_reads(records))
-        return [(self.view(r), d if isinstance(d, Depth) else None) for r, d in zip(records, found, strict=True)]
+        depths = [d if isinstance(d, Depth) else None for d in found]
+        depths = await self._own_letters(records, depths, {r.key: r for r in records})
+        return [(self.view(r), d) for r, d in zip(records, depths, strict=True)]
+
+    async def _own_letters(self, records: list[QueueRecord], depths: list[Optional[Depth]],
+                           known: dict[str, QueueRecord]) -> list[Optional[Depth]]:
+        """``depths`` with each ``dead`` counting only the queue's own letters on its dead-letter
+        queue (one of ``known``, by key), where those can be counted by source."""
+        dlqs = {r.key: known.get(queue_key(r.spec.project, r.spec.dead_letter_queue))
+                for r, d in zip(records, depths, strict=True) if d is not None and r.spec.dead_letter_queue}
+        wanted = {dlq.key: dlq for dlq in dlqs.values() if dlq is not None}
+        found = await asyncio.gather(*(self.tally.by_source(dlq) for dlq in wanted.values()), return_exceptions=True)
+        counts = {key: c for key, c in zip(wanted, found, strict=True) if not isinstance(c, BaseException)}
+        out = []
+        for record, depth in zip(records, depths, strict=True):
+            dlq = dlqs.get(record.key)
+            tally = counts.get(dlq.key) if dlq is not None else None
+            if depth is not None and tally is not None:
+                depth = dataclasses.replace(depth, dead=tally[(record.spec.project, record.spec.name)])
+            out.append(depth)
+        return out
+
+    async def dead_letter_counts(self, project: str, name: str) -> dict[str, Any]:
+        """Queue ``name``'s messages, and how many of them are letters from each source queue (a
+        dead-letter queue may serve several): ``{"total", "by_source": {queue: n}, "sources"}``,
+        ``by_source`` None when it holds too many to count (queues/tally.py), ``sources`` the queues
+        of the project that name it as their dead-letter queue."""
+        record = await self.lookup.ready(project, name)
+        counts, users = await asyncio.gather(self.tally.by_source(record), self.dead_letter_sources(project, name))
+        total = int((await stream_info(self.conn, record)).state.messages)
+        by_source = None if counts is None else {
+            queue: n for (source_project, queue), n in sorted(counts.items()) if source_project == project}
+        return {"total": total, "by_source": by_source, "sources": users}
+
+    async def dead_letter_sources(self, project: str, name: str) -> list[str]:
+        """The live queues of the project that name queue ``name`` as their dead-letter queue."""
+        return sorted(await dead_letter_users(self.store, project, name))
 
     async def overview(self, project: str) -> list[dict[str, Any]]:
         """One row a queue of the project: its state and depth (what the console's table shows)."""
@@ -287,10 +351,11 @@ class QueueService:
         ``password_version`` (1 at creation, one more at each rotation) and, while the one before
         it still logs in, until when."""
         record = await self.lookup.live(project, name)
-        account = self.accounts.get(record.id)
+        account = await self.accounts.fetch(record.id)
         until = account.previous_until if account is not None and in_grace(account) else None
         return {
             "broker_url": self.broker_url(),
+            "broker_urls": self.broker_urls(),
             "username": username(record.id),
             "password": self.accounts.password(record.id),
             "subject": subject_for(project, name),

@@ -114,6 +114,36 @@ def _float(env: Mapping[str, str], name: str, default: float, low: float, high: 
     return value
 
 
+#: a node's name: what the broker calls its server (unique in a cluster)
+NODE_NAME_RULE = "1-32 letters, digits, '-' or '_'"
+ROUTE_RULE = "a comma-separated list of host:port (or nats-route://host:port) of the other nodes' cluster ports"
+
+
+def check_node_name(name: str, source: str = "ENCLAVE_NODE_NAME") -> str:
+    """``name`` if it is a node's name; SpecError naming ``source`` and the rule."""
+    if not (1 <= len(name) <= 32 and all(c.isascii() and (c.isalnum() or c in "-_") for c in name)):
+        raise SpecError(f"{source} must be {NODE_NAME_RULE} (got {name!r}).")
+    return name
+
+
+def _node_name(env: Mapping[str, str]) -> str:
+    return check_node_name(env.get("ENCLAVE_NODE_NAME") or "enclave")
+
+
+def parse_routes(raw: str, source: str = "ENCLAVE_ROUTES") -> tuple[str, ...]:
+    """The other nodes' cluster addresses as ``host:port``; SpecError naming ``source`` and the rule."""
+    routes = []
+    for part in raw.split(","):
+        text = part.strip().removeprefix("nats-route://")
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or "/" in text or "@" in text or not port.isdigit() or not 0 < int(port) < 65536:
+            raise SpecError(f"{source} must be {ROUTE_RULE} (got {part.strip()!r}).")
+        routes.append(f"{host}:{int(port)}")
+    if len(set(routes)) != len(routes):
+        raise SpecError(f"{source} names a node twice.")
+    return tuple(routes)
+
+
 def _metrics_token(env: Mapping[str, str]) -> str | None:
     token = env.get("ENCLAVE_METRICS_TOKEN") or None
     if token is not None and (len(token) < MIN_METRICS_TOKEN or any(c.isspace() for c in token)):
@@ -144,11 +174,26 @@ class EnclaveSettings:
     max_file_store: int = 0
     #: bytes of memory the broker aims to stay under (GOMEMLIMIT; its memory store gets a quarter)
     broker_memory: int = DEFAULT_BROKER_MEMORY
+    node_name: str = "enclave"  #: the broker's server name: unique among a cluster's nodes
+    cluster_port: int = 0  #: the port the broker's cluster routes listen on (0: not a cluster)
+    routes: tuple[str, ...] = ()  #: the other nodes' cluster addresses, host:port
+
+    @property
+    def clustered(self) -> bool:
+        return bool(self.cluster_port or self.routes)
+
+    @property
+    def nodes(self) -> int:
+        """The nodes of the cluster this node is one of (1 alone)."""
+        return 1 + len(self.routes) if self.clustered else 1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> EnclaveSettings:
         env = os.environ if env is None else env
-        sync = env.get("ENCLAVE_SYNC") or "always"
+        routes = parse_routes(env["ENCLAVE_ROUTES"]) if env.get("ENCLAVE_ROUTES") else ()
+        cluster_port = _int(env, "ENCLAVE_CLUSTER_PORT", 0, 0, 65535)
+        # on a cluster, acknowledged means stored on a majority of the nodes, fsynced or not
+        sync = env.get("ENCLAVE_SYNC") or ("interval" if routes or cluster_port else "always")
         if sync not in ("always", "interval"):
             raise SpecError(f"ENCLAVE_SYNC must be 'always' or 'interval' (got {sync!r}).")
         settings = cls(
@@ -167,6 +212,9 @@ class EnclaveSettings:
             log_level=(env.get("ENCLAVE_LOG_LEVEL") or "info").lower(),
             max_file_store=_file_store(env),
             broker_memory=_broker_memory(env),
+            node_name=_node_name(env),
+            cluster_port=cluster_port,
+            routes=routes,
         )
         return replace(settings, **overrides) if overrides else settings  # type: ignore[arg-type]
 

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from .errors import SpecError, field_error, out_of_range
 
@@ -106,10 +106,22 @@ LIMIT_RULE = ("a queue without max_messages takes delayed messages (JetStream me
               "max_messages instead (a queue with a limit can change it, or drop it)")
 
 #: the settings that can change on a live queue (name and project cannot)
-MUTABLE = ("dead_letter_queue", *LIMITS, "retry_backoff_seconds", "priorities")
+MUTABLE = ("dead_letter_queue", *LIMITS, "retry_backoff_seconds", "priorities", "replicas")
 
 #: message priorities (``put(priority=)``) a queue with ``priorities`` takes; higher is taken first
 MIN_PRIORITY, MAX_PRIORITY = 0, 9
+#: how many of a cluster's nodes keep a queue's messages (its stream's replicas)
+REPLICA_CHOICES = (1, 3)
+REPLICAS_RULE = "1 or 3 (3: a cluster of three nodes or more; its default there, 1 on one node)"
+
+
+def _replica_choice(value: int) -> int:
+    if value not in REPLICA_CHOICES:
+        raise ValueError(f"replicas must be {REPLICAS_RULE}")
+    return value
+
+
+Replicas = Annotated[int, Field(strict=True), AfterValidator(_replica_choice)]
 PRIORITIES_RULE = "true or false; once true it stays true (messages on the priority lanes would be stranded)"
 
 
@@ -193,6 +205,8 @@ def rule(field: str) -> str:
         return BACKOFF_RULE
     if field == "priorities":
         return PRIORITIES_RULE
+    if field == "replicas":
+        return REPLICAS_RULE
     return "valid"
 
 
@@ -220,6 +234,9 @@ class QueueSpec(BaseModel):
     #: bytes the queue may store; a full queue refuses new messages (QueueFull). Reserved out of
     #: the broker's store, so no queue can take the room of another or of the control state
     max_bytes: int = _bounded("max_bytes")
+    #: nodes that keep the queue's messages (a stream's replicas): a message is acknowledged once
+    #: a majority of them stored it
+    replicas: Replicas = 1
 
     @model_validator(mode="before")
     @classmethod
@@ -280,6 +297,7 @@ class QueuePatch(BaseModel):
     retry_backoff_seconds: Optional[Backoff] = None
     priorities: Optional[bool] = None
     max_bytes: Optional[int] = _bounded("max_bytes", default=False)
+    replicas: Optional[Replicas] = None
 
     def apply(self, spec: QueueSpec) -> QueueSpec:
         """Return ``spec`` with this patch applied; raises SpecError if the result is invalid."""
@@ -314,6 +332,7 @@ class Queue(BaseModel):
     retry_backoff_seconds: Optional[list[int]]
     priorities: bool
     max_bytes: int
+    replicas: int
     username: str
     password_secret: str
     subject: str

@@ -14,6 +14,7 @@ Nothing here mocks the broker. Use them in your own tests of code built on Encla
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -239,6 +240,76 @@ class EnclaveStack:
                 return
             time.sleep(0.05)
         os.kill(self.broker_pid, signal.SIGKILL)
+
+
+@dataclass
+class EnclaveCluster:
+    """Three (or more) ``enclave up`` nodes on 127.0.0.1, their brokers routed into one cluster,
+    sharing a master key: what each node runs is an EnclaveStack."""
+
+    root: Path
+    names: list[str]
+    env: dict[str, str]
+    cluster_ports: list[int]
+    nodes: dict[str, EnclaveStack] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, root: Path, size: int = 3, env: Optional[dict[str, str]] = None) -> EnclaveCluster:
+        """Start ``size`` nodes at once (a cluster forms once a majority is up) and wait for all."""
+        import base64
+        import secrets
+
+        from .broker.supervisor import free_port
+
+        names = [f"node-{chr(ord('a') + i)}" for i in range(size)]
+        ports = [free_port() for _ in names]
+        shared = {"ENCLAVE_MASTER_KEY": base64.b64encode(secrets.token_bytes(32)).decode(), **(env or {})}
+        cluster = cls(root, names, shared, ports)
+        try:
+            for name in names:
+                cluster.launch(name)
+            for name in names:
+                cluster.nodes[name].wait_ready()
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def node_env(self, name: str) -> dict[str, str]:
+        i = self.names.index(name)
+        routes = ",".join(f"127.0.0.1:{port}" for j, port in enumerate(self.cluster_ports) if j != i)
+        return {**self.env, "ENCLAVE_NODE_NAME": name, "ENCLAVE_CLUSTER_PORT": str(self.cluster_ports[i]),
+                "ENCLAVE_ROUTES": routes}
+
+    def launch(self, name: str) -> EnclaveStack:
+        """Start node ``name`` on its data dir (again, after a kill: it rejoins) without waiting."""
+        self.nodes[name] = EnclaveStack.launch(self.root / name, self.node_env(name))
+        return self.nodes[name]
+
+    def restart(self, name: str) -> EnclaveStack:
+        self.launch(name).wait_ready()
+        return self.nodes[name]
+
+    def leaders(self) -> list[str]:
+        """The running nodes whose control process says (on /healthz) it holds the control-plane lease."""
+        import httpx
+
+        found = []
+        for name, node in self.nodes.items():
+            if node.proc.poll() is None and node.api_url:
+                with contextlib.suppress(httpx.HTTPError, ValueError):
+                    if httpx.get(node.api_url + "/healthz", timeout=2).json().get("leader"):
+                        found.append(name)
+        return found
+
+    def leader(self) -> Optional[str]:
+        """The one node holding the lease, or None (none, or more than one, says so)."""
+        found = self.leaders()
+        return found[0] if len(found) == 1 else None
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ QUEUE_SCHEMA = Schema(version=0, description="An existing queue's settings and o
     Attribute("visibility_timeout_seconds", Number(), computed=True),
     Attribute("retry_backoff_seconds", List(Number()), computed=True),
     Attribute("priorities", Bool(), computed=True),
+    Attribute("replicas", Number(), computed=True),
     *(Attribute(output, String(), computed=True) for output in model.OUTPUTS),
 ])
 

@@ -32,6 +32,8 @@ from enclave_queue.spec import (
     NAME_RULE,
     PRIORITIES_RULE,
     PROJECT_RULE,
+    REPLICA_CHOICES,
+    REPLICAS_RULE,
     ProjectName,
     QueueName,
     QueueSpec,
@@ -129,6 +131,9 @@ def validate(config: Mapping[str, Any]) -> list[Problem]:
         value = config.get(field)
         if known(value) and not _in_range(value, low, high):
             bad((field,), f"{field} must be {rule(field)} (got {_show(value)}).")
+    replicas = config.get("replicas")
+    if known(replicas) and whole(replicas) not in REPLICA_CHOICES:
+        bad(("replicas",), f"replicas must be {REPLICAS_RULE} (got {_show(replicas)}).")
 
     # the dedupe window within the retention: an unset value is its default; an unknown value, or
     # one out of its own range (a problem already), is not compared
@@ -197,6 +202,11 @@ def plan(prior: Optional[Mapping[str, Any]], config: Mapping[str, Any], proposed
         planned["max_bytes"] = default_max_bytes(whole(planned["max_message_bytes"]))  # follows the message size
     if config.get("project") is None:
         planned["project"] = project
+    if config.get("replicas") is None:  # the server's default follows its cluster: known after apply, then kept
+        if prior is None:
+            planned["replicas"] = Unknown
+        elif "replicas" in prior:
+            planned["replicas"] = prior["replicas"]
     if prior is None:
         planned.update(dict.fromkeys((*OUTPUTS, PASSWORD), Unknown))
         return planned, []
@@ -268,6 +278,8 @@ def create_body(planned: Mapping[str, Any]) -> dict[str, Any]:
         body["dead_letter_queue"] = planned["dead_letter_queue"]
     if planned.get("retry_backoff_seconds") is not None:
         body["retry_backoff_seconds"] = _int_list(planned["retry_backoff_seconds"])
+    if known(planned.get("replicas")):
+        body["replicas"] = whole(planned["replicas"])
     return body
 
 
@@ -278,7 +290,7 @@ def patch_body(prior: Mapping[str, Any], planned: Mapping[str, Any]) -> dict[str
     for field in MUTABLE:
         if _differs(planned.get(field), prior.get(field)):
             value = planned.get(field)
-            if field in LIMITS:
+            if field in LIMITS or field == "replicas":
                 value = whole(value)
             elif field == "retry_backoff_seconds":
                 value = _int_list(value)

@@ -78,6 +78,9 @@ SCHEMA = Schema(version=0, description="A queue of Enclave Queues: a JetStream s
               description=f"Messages may carry a priority ({MIN_PRIORITY}–{MAX_PRIORITY}, higher taken first); "
                           "default false. It can be turned on in place but never off again: a plan from true to "
                           "false is an error."),
+    Attribute("replicas", Number(), optional=True, computed=True,
+              description="Nodes that keep the queue's messages: 1, or 3 on a cluster of three nodes or more "
+                          "(the default there; 1 on one node). Changes in place."),
     Attribute("password_version", Number(), optional=True, computed=True,
               description="The password's version, as this configuration counts it (default 1). Raising it "
                           "rotates the password at the next apply; lowering it is an error. Import and refresh "

@@ -36,7 +36,7 @@ async def _minted(stack: EnclaveStack, account: Any, user: Any) -> AsyncIterator
 
 
 def _keys(stack: EnclaveStack) -> OperatorKeys:
-    return OperatorKeys(MasterKey.load_or_create(stack.home))
+    return OperatorKeys(MasterKey.load_or_create(stack.home, stack.env.get("ENCLAVE_MASTER_KEY")))
 
 
 def control_connection(stack: EnclaveStack) -> AbstractAsyncContextManager[Client]:
@@ -105,6 +105,24 @@ async def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: 
     raise AssertionError(f"condition not met within {timeout:g} s (last value: {last!r})")
 
 
+async def pulls_waiting(creds: dict[str, Any]) -> int:
+    """Pull requests the broker holds for the queue's consumer: a long poll in progress (asked as
+    the queue's own user, CONSUMER.INFO)."""
+    client = RawClient()
+    nc = await client.connect(creds)
+    try:
+        return (await nc.jetstream().consumer_info(creds["stream"], creds["consumer"])).num_waiting
+    finally:
+        await client.close()
+
+
+#: routes with a credential of their own instead of the API token or the console's session: the
+#: SQS endpoint takes AWS Signature V4 (tests/sqs/), so neither a token nor a cookie counts there
+SIGNED_ROUTES = {"/sqs"}
+#: the methods a route that lists none (it takes them all) is tried with
+ANY_METHOD = ("GET", "POST")
+
+
 def problem(response: Any, status: int, title: str) -> dict[str, Any]:
     """The JSON problem of an API answer, checked: its status, content type, title and detail."""
     assert response.status_code == status, response.text
@@ -157,3 +175,29 @@ async def account_refuses_logins(stack: EnclaveStack, queue_id: str) -> bool:
     except nats.errors.Error as exc:
         return "authorization violation" in str(exc).lower()
 
+
+
+def dirty_pages(path: Any) -> int:
+    """How many of a file's pages the kernel holds written but not yet on the disk (Linux 6.5's
+    cachestat): what an OS crash or a power cut would lose of it."""
+    import ctypes
+    import os
+
+    class Range(ctypes.Structure):
+        _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]  # len 0: to the end
+
+    class Stat(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_uint64) for name in ("cache", "dirty", "writeback", "evicted", "recently_evicted")]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    stat = Stat()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.syscall(CACHESTAT, fd, ctypes.byref(Range(0, 0)), ctypes.byref(stat), 0) != 0:
+            raise OSError(ctypes.get_errno(), f"cachestat of {path}")
+    finally:
+        os.close(fd)
+    return stat.dirty + stat.writeback
+
+
+CACHESTAT = 451  #: the cachestat syscall's number (the same on x86_64 and arm64)

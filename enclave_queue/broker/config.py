@@ -11,7 +11,9 @@ login without a JWT (a queue's username and password) to the AUTH account's auth
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any
 
 from ..auth import jwt
 from ..auth.keys import OperatorKeys
+from ..auth.secrets import MasterKey
 from ..names import ADVISORY_STREAM, ERRORS_STREAM, NOTES_STREAM, SAMPLES_STREAM
 from ..spec import LIMITS, default_max_bytes
 from .claims import auth_account, control_account, sentinel_user, system_account
@@ -71,13 +74,16 @@ class ControlStreamBytes(Mapping[str, int]):
     process runs, as the streams' owners (controller/mover.py, controller/errornotes.py,
     desk/deadlines.py, controller/sampler.py) read it when they create them. ``server.Runtime``
     sizes it for its store (``size_for``) before it starts them; until then (and in tests of one
-    component) it holds the full sizes."""
+    component) it holds the full sizes. ``replicas``: how many nodes keep each control stream and
+    bucket (``control_replicas``; ``ensure_stream`` and the state store give it to the broker)."""
 
     def __init__(self) -> None:
         self._sizes = dict(FULL_CONTROL_BYTES)
+        self.replicas = 1
 
-    def size_for(self, max_file_store: int) -> None:
+    def size_for(self, max_file_store: int, replicas: int = 1) -> None:
         self._sizes = control_stream_bytes(max_file_store)
+        self.replicas = replicas
 
     def __getitem__(self, name: str) -> int:
         return self._sizes[name]
@@ -90,6 +96,12 @@ class ControlStreamBytes(Mapping[str, int]):
 
 
 CONTROL_STREAM_BYTES = ControlStreamBytes()
+
+
+def control_replicas(nodes: int) -> int:
+    """Replicas of the control state on a cluster of ``nodes``: 3 from three nodes on (a majority
+    survives one lost), else 1 (two replicas stop with either node)."""
+    return 3 if nodes >= 3 else 1
 
 #: bytes; above the largest max_message_bytes (1 MiB) plus headers, so an oversize message gets
 #: JetStream's clear error (10054) instead of a protocol error that closes the connection
@@ -109,6 +121,9 @@ class BrokerConfig:
     sync: str  #: 'always' (fsync before every ack) or 'interval' (the server's 2-minute default)
     max_file_store: int = 0  #: bytes of the JetStream store; 0 = the server's own default (tests of the render)
     max_memory_store: int = MAX_MEMORY_STORE
+    server_name: str = "enclave"  #: unique among a cluster's nodes
+    cluster_port: int = 0  #: where this node's cluster routes listen (0: a single node)
+    routes: tuple[str, ...] = ()  #: the other nodes' cluster addresses (host:port)
 
     @property
     def resolver_dir(self) -> Path:
@@ -139,7 +154,7 @@ def build(config: BrokerConfig, keys: OperatorKeys) -> dict[str, Any]:
         jetstream["sync_interval"] = "always"
     sentinel = jwt.encode(sentinel_user(keys.public(keys.platform_user("sentinel"))), keys.platform_account("auth"))
     return {
-        "server_name": "enclave",
+        "server_name": config.server_name,
         "listen": f"{config.host}:{config.port}",
         "max_payload": MAX_PAYLOAD,
         "jetstream": jetstream,
@@ -154,6 +169,41 @@ def build(config: BrokerConfig, keys: OperatorKeys) -> dict[str, Any]:
     }
 
 
+#: the environment variables the broker reads its cluster's secrets from (``route_env``), so that
+#: none is written into its configuration file: the routes' password, and each route's URL with it
+ROUTE_PASSWORD_VAR = "ENCLAVE_ROUTE_PASSWORD"
+ROUTE_VAR = "ENCLAVE_ROUTE_{}"
+ROUTE_USER = "route"
+CLUSTER_NAME = "enclave"
+
+
+def route_password(master: MasterKey) -> str:
+    """The password every node's routes log in with, the same on every node of a cluster (they
+    share the master key): derived from it, never stored."""
+    return base64.urlsafe_b64encode(master.derive("cluster-routes", 24)).decode()
+
+
+def route_env(config: BrokerConfig, password: str) -> dict[str, str]:
+    """The variables the configuration's cluster block names (none for a single node)."""
+    if not config.cluster_port:
+        return {}
+    return {ROUTE_PASSWORD_VAR: password,
+            **{ROUTE_VAR.format(i): f"nats-route://{ROUTE_USER}:{password}@{route}" for i, route in enumerate(config.routes)}}
+
+
+def _variable(name: str) -> str:
+    return f"\x00{name}\x00"  # written as a bare $NAME by ``render``
+
+
 def render(config: BrokerConfig, keys: OperatorKeys) -> str:
-    """The configuration file's text."""
-    return json.dumps(build(config, keys), indent=1, sort_keys=True) + "\n"
+    """The configuration file's text. A cluster's secrets are variable references (``$NAME``,
+    which nats-server reads from its environment: ``route_env``)."""
+    built = build(config, keys)
+    if config.cluster_port:
+        built["cluster"] = {
+            "name": CLUSTER_NAME, "listen": f"{config.host}:{config.cluster_port}",
+            "authorization": {"user": ROUTE_USER, "password": _variable(ROUTE_PASSWORD_VAR), "timeout": 2},
+            "routes": [_variable(ROUTE_VAR.format(i)) for i in range(len(config.routes))],
+        }
+    text = json.dumps(built, indent=1, sort_keys=True) + "\n"
+    return re.sub(r'"\\u0000(\w+)\\u0000"', r"$\1", text)

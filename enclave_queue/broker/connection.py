@@ -31,6 +31,7 @@ from ..errors import BrokerUnavailable, publish_refused
 from ..retry import retry_unavailable
 from ..spec import QueueSpec
 from .claims import control_user
+from .config import CONTROL_STREAM_BYTES
 from .pool import AccountConnections
 
 log = logging.getLogger("enclave.broker")
@@ -79,7 +80,9 @@ def stored_seq(answer: dict[str, Any], spec: QueueSpec) -> int:
 
 async def ensure_stream(js: JetStreamContext, config: Any) -> None:
     """Create a stream of the control plane's own (advisories, error notes, samples), or bring an
-    existing one to ``config`` (an ``api.StreamConfig``)."""
+    existing one to ``config`` (an ``api.StreamConfig``), on as many nodes as the control state
+    is kept on (``CONTROL_STREAM_BYTES.replicas``)."""
+    config.num_replicas = CONTROL_STREAM_BYTES.replicas
     try:
         await retry_unavailable(lambda: js.stream_info(config.name))
     except nats.js.errors.NotFoundError:
@@ -173,9 +176,10 @@ class BrokerConnection:
 
     async def account_jsz(self, queue_id: str) -> dict[str, Any]:
         """A queue account's JetStream usage, streams and consumers, as the system account sees
-        it (``$SYS.REQ.ACCOUNT.<account>.JSZ``): no connection into the account needed."""
+        it (``$SYS.REQ.ACCOUNT.<account>.JSZ``), with their configs (a consumer's ``ack_wait`` and
+        ``backoff`` say how long its leases last): no connection into the account needed."""
         subject = f"$SYS.REQ.ACCOUNT.{self.account_key(queue_id)}.JSZ"
-        answer = await self._system_request(subject, b'{"streams": true, "consumer": true}')
+        answer = await self._system_request(subject, b'{"streams": true, "consumer": true, "config": true}')
         if answer.get("error"):
             raise BrokerUnavailable(f"The broker did not report queue account {queue_id}: {answer['error']}")
         return answer.get("data") or {}

@@ -3,7 +3,9 @@ them (one ``$SYS.REQ.ACCOUNT.<account>.JSZ`` request a queue: no connection into
 
 - ``waiting``: stored and ready to be received (the consumer's ``num_pending``);
 - ``in_flight``: received and not yet deleted, hidden until their visibility timeout ends or a
-  nack's delay runs out (``num_ack_pending``; like SQS's "not visible");
+  nack's delay runs out (``num_ack_pending``; like SQS's "not visible"), while a lease can still
+  be running (``leases_over``): a message whose lease ran out and that nobody took again counts as
+  waiting, as in SQS, not as in flight;
 - ``delayed``: stored but not deliverable yet (stream messages outside both counts: scheduled
   messages, none until a send asks for a delay);
 - ``dead``: messages on the queue's dead-letter queue, ``None`` when it has none;
@@ -15,15 +17,18 @@ consumer's delivered sequence) and ``removed`` (sent minus stored: deleted by wo
 dead-lettered, discarded, or past retention).
 
 A depth sample (controller/sampler.py stores one a queue every ``sample_seconds``; the depth
-history reads them, queues/samples.py) is the JSON array ``[waiting, in_flight, delayed, dead]``
-(``dead`` is ``null`` for a queue without a dead-letter queue); its time is the broker's
-timestamp of the stored message, so it costs no bytes of its own.
+history reads them, queues/samples.py) is the JSON array ``[waiting, in_flight, delayed, dead,
+sent, received, removed]`` (``dead`` is ``null`` for a queue without a dead-letter queue; the three
+counts since creation give the rates between two samples; samples stored before they were added
+have the first four only); its time is the broker's timestamp of the stored message, so it costs
+no bytes of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Optional
@@ -66,6 +71,33 @@ async def stream_messages(conn: BrokerConnection, queue_id: str) -> int:
     return int((await _account_streams(conn, queue_id))["state"]["messages"])
 
 
+def leases_over(last_active: Optional[datetime], ack_wait: float, backoff: Sequence[float], now: datetime) -> bool:
+    """Whether every lease a consumer gave has run out by ``now``, so that what it counts as
+    pending (``num_ack_pending``) is waiting for its next receive, not held by a worker.
+
+    JetStream keeps each lease's end to itself (a lease that ran out stays pending until a pull
+    request takes it again), but the consumer's ``delivered.last_active`` is the last time any
+    lease began: a delivery, a worker's extension (``+WPI``) or a hand-back with a delay all set
+    it (nats-server 2.15 ``updateDelivered``). A lease lasts at most ``ack_wait``, or the longest
+    ``backoff`` entry (seconds both), so once that much has passed since, every lease is over.
+    Only a hand-back with a delay longer than that is still hidden then, and counts as waiting
+    early. ``last_active`` None (the broker restarted and has delivered nothing since): not known,
+    so not over."""
+    if last_active is None:
+        return False
+    longest = max([ack_wait, *backoff])
+    return (now - last_active).total_seconds() >= longest
+
+
+def _leases_over(consumer: dict[str, Any], now: datetime) -> bool:
+    """``leases_over`` for a consumer as JSZ reports it (times RFC 3339, durations nanoseconds)."""
+    stamp = (consumer.get("delivered") or {}).get("last_active")
+    config = consumer.get("config") or {}
+    seen = _parse_stamp(consumer["ts"]) if consumer.get("ts") else now  # the broker's clock, when it says
+    return leases_over(_parse_stamp(stamp) if stamp else None, int(config.get("ack_wait") or 0) / 1e9,
+                       [int(step) / 1e9 for step in config.get("backoff") or ()], seen)
+
+
 async def read_depth(conn: BrokerConnection, queue_id: str, dead_letter_id: Optional[str] = None,
                      now: Optional[datetime] = None) -> Depth:
     """A queue's depth now, summed over its priority lanes if it has them. ``dead_letter_id``: the
@@ -79,12 +111,18 @@ async def read_depth(conn: BrokerConnection, queue_id: str, dead_letter_id: Opti
     if not consumers:
         raise BrokerUnavailable(f"The broker has no consumer for {queue_id} (yet).")
     stored, last_seq = int(state["messages"]), int(state["last_seq"])
+    now = now or datetime.now(UTC)
     waiting = sum(int(c["num_pending"]) for c in consumers)
-    in_flight = sum(int(c["num_ack_pending"]) for c in consumers)
+    in_flight = 0
+    for c in consumers:  # what each consumer holds, unless every lease it gave ran out (then: waiting)
+        if _leases_over(c, now):
+            waiting += int(c["num_ack_pending"])
+        else:
+            in_flight += int(c["num_ack_pending"])
     oldest = None
     if stored and state.get("first_ts"):
         first = datetime.fromisoformat(state["first_ts"])
-        oldest = max(((now or datetime.now(UTC)) - first).total_seconds(), 0.0)
+        oldest = max((now - first).total_seconds(), 0.0)
     return Depth(
         waiting=waiting,
         in_flight=in_flight,
@@ -110,16 +148,19 @@ async def read_depths(conn: BrokerConnection, queues: list[tuple[str, Optional[s
 
 
 def encode_sample(depth: Depth) -> bytes:
-    """A depth sample as stored: ``[waiting, in_flight, delayed, dead]``."""
-    return json.dumps([depth.waiting, depth.in_flight, depth.delayed, depth.dead], separators=(",", ":")).encode()
+    """A depth sample as stored: ``[waiting, in_flight, delayed, dead, sent, received, removed]``."""
+    return json.dumps([depth.waiting, depth.in_flight, depth.delayed, depth.dead, depth.sent, depth.received,
+                       depth.removed], separators=(",", ":")).encode()
 
 
 def decode_sample(data: bytes, stamp: str) -> dict[str, Any]:
     """One stored sample as the API returns it: its time (ISO 8601, UTC, from the broker's
-    ``stamp``) and the four counts."""
-    waiting, in_flight, delayed, dead = json.loads(data)
+    ``stamp``), the four counts and the three counts since creation (None in an older sample)."""
+    waiting, in_flight, delayed, dead, *totals = json.loads(data)
+    sent, received, removed = totals if len(totals) == 3 else (None, None, None)
     return {"t": _parse_stamp(stamp).isoformat(timespec="milliseconds"), "waiting": waiting,
-            "in_flight": in_flight, "delayed": delayed, "dead": dead}
+            "in_flight": in_flight, "delayed": delayed, "dead": dead, "sent": sent, "received": received,
+            "removed": removed}
 
 
 def _parse_stamp(stamp: str) -> datetime:

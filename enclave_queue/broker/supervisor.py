@@ -34,7 +34,11 @@ from .tasks import keep_running
 log = logging.getLogger("enclave.broker")
 
 START_TIMEOUT = 15.0  #: seconds for a started server to accept connections
-STOP_TIMEOUT = 10.0  #: seconds between SIGTERM and SIGKILL
+STOP_TIMEOUT = 10.0  #: seconds between SIGTERM and SIGKILL, with no streams
+#: and more a stream: nats-server writes each stream's and consumer's state as it shuts down
+#: (1,000 queues took it more than 10 s on 2 cores); at most STOP_TIMEOUT_MAX in all
+STOP_PER_STREAM = 0.025
+STOP_TIMEOUT_MAX = 90.0
 RESTART_BACKOFF = (0.1, 5.0)  #: seconds: first and longest wait before restarting a dead server
 #: the broker's GOGC: a collection once the heap has grown by half what was live (Go's default, 100,
 #: lets it double). With a queue account, stream and consumer each, what is live grows with the
@@ -101,14 +105,18 @@ class Supervisor:
     """One nats-server child process and its configuration file."""
 
     def __init__(self, config_path: Path, host: str, port: int, *, binary: Optional[Path] = None,
-                 log_path: Optional[Path] = None, memory_limit: int = 0) -> None:
+                 log_path: Optional[Path] = None, memory_limit: int = 0,
+                 secret_env: Optional[Mapping[str, str]] = None) -> None:
         self.config_path = config_path.absolute()  #: absolute: a stale server is known by it
         self.host = host
         self.port = port
         self.binary = binary or nats_server_binary()
         self.log_path = log_path or config_path.with_name("nats-server.out")
         self.memory_limit = memory_limit  #: bytes: the broker's GOMEMLIMIT (0: none)
+        #: variables the configuration names (a cluster's route secrets): given to the server only
+        self.secret_env = dict(secret_env or {})
         self.restarts = 0
+        self.streams = 0  #: streams the broker holds about (the runtime's count): its stop waits for them
         self.on_restart: Optional[Callable[[], Awaitable[None]]] = None
         self._proc: Optional[asyncio.subprocess.Process] = None
         self._watch: Optional[asyncio.Task[None]] = None
@@ -130,7 +138,7 @@ class Supervisor:
             proc = await asyncio.create_subprocess_exec(
                 str(self.binary), "-t", "-c", str(path),
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                env=child_env(),
+                env={**child_env(), **self.secret_env},
             )
             out, _ = await proc.communicate()
             code = proc.returncode or 0
@@ -197,7 +205,7 @@ class Supervisor:
         return False
 
     async def restart(self) -> None:
-        """Stop the running server (SIGTERM, SIGKILL after STOP_TIMEOUT) and start it again from the
+        """Stop the running server (SIGTERM, SIGKILL after ``stop_timeout``) and start it again from the
         configuration on disk; returns once it accepts connections, having called ``on_restart``.
         If it does not start, the watch goes on trying as after a crash."""
         if self._watch is not None:
@@ -234,7 +242,7 @@ class Supervisor:
         if self.memory_limit:  # the Go runtime collects harder as it nears the limit
             env["GOMEMLIMIT"] = f"{self.memory_limit}B"
         env.setdefault("GOGC", str(BROKER_GOGC))  # a GOGC of the environment's own wins
-        return env
+        return {**env, **self.secret_env}
 
     async def _restarted(self) -> None:
         if self.on_restart is not None:
@@ -286,7 +294,7 @@ class Supervisor:
             await self._restarted()
 
     async def stop(self) -> None:
-        """Stop the server by PID: SIGTERM, then SIGKILL after STOP_TIMEOUT."""
+        """Stop the server by PID: SIGTERM, then SIGKILL after ``stop_timeout``."""
         self._stopping = True
         if self._watch is not None:
             self._watch.cancel()
@@ -302,11 +310,18 @@ class Supervisor:
         proc = self._proc
         if proc is not None and proc.returncode is None:
             proc.terminate()
+            patience = self.stop_timeout
             try:
-                await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
+                await asyncio.wait_for(proc.wait(), patience)
             except TimeoutError:
+                log.warning("nats-server did not stop within %.0f s of SIGTERM; killing it", patience)
                 proc.kill()
                 await proc.wait()
+
+    @property
+    def stop_timeout(self) -> float:
+        """Seconds a stop waits after SIGTERM before SIGKILL, by the streams there are."""
+        return min(STOP_TIMEOUT + STOP_PER_STREAM * self.streams, STOP_TIMEOUT_MAX)
 
     async def stop_stale(self) -> None:
         """Stop the server recorded in the PID file if it is a nats-server running this

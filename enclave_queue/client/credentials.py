@@ -14,6 +14,7 @@ ENV_PREFIX = "ENCLAVE_QUEUE_"
 
 @dataclass(frozen=True)
 class Credentials:
+    #: the broker's URL; on a cluster, every node's, comma-separated (the API's ``broker_urls``)
     broker_url: str
     username: str
     password: str = field(repr=False)
@@ -25,6 +26,9 @@ class Credentials:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Credentials:
         """From the JSON object of ``enclave queue credentials --json`` (or the API)."""
+        urls = data.get("broker_urls")
+        if isinstance(urls, list) and urls and all(isinstance(u, str) and u for u in urls):
+            data = {**data, "broker_url": ",".join(urls)}  # a cluster: any node will do
         names = [f.name for f in fields(cls)]
         missing = [n for n in names if n != "consumer" and not data.get(n)]
         if missing:
@@ -43,6 +47,11 @@ class Credentials:
             missing = ", ".join(ENV_PREFIX + e["field"].upper() for e in exc.errors)
             raise SpecError(f"The environment is missing {missing}; see 'enclave queue credentials --env'.",
                             errors=exc.errors) from None
+
+    @property
+    def servers(self) -> list[str]:
+        """The broker URLs to connect to (one, or a cluster's nodes)."""
+        return [url.strip() for url in self.broker_url.split(",") if url.strip()]
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)

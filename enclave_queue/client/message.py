@@ -81,7 +81,7 @@ class Message:
     or ``extend`` asked for one."""
 
     __slots__ = ("_session", "_settings", "data", "headers", "_reply", "receive_count", "sequence", "_sent_ns", "id",
-                 "attempts", "last_error", "_lease_end", "_server_lease", "_keeper", "_settled")
+                 "attempts", "last_error", "_lease_end", "_server_lease", "_keeper", "_settled", "_lease_ran_out")
 
     def __init__(self, session: Session, settings: Settings, msg: Msg, consumer: Optional[dict[str, Any]] = None) -> None:
         """``consumer``: the queue's consumer settings (``Settings.consumer``), which say how long the
@@ -106,6 +106,7 @@ class Message:
         self._lease_end = time.monotonic() + self._server_lease
         self._keeper: Optional[asyncio.Task[None]] = None  #: holds or ends a lease other than the broker's
         self._settled = False
+        self._lease_ran_out = False  #: settled by its lease's end (the keeper gave it back), not by a verb
 
     @property
     def body(self) -> Any:
@@ -166,16 +167,19 @@ class Message:
                 if self._lease_end - time.monotonic() > 0 and not self._settled:
                     await self._confirm(b"+WPI", leased=False)
             if not self._settled:
-                self._settled = True
+                self._settled = self._lease_ran_out = True
                 await self._confirm(b"-NAK", leased=False)
 
     def _check_lease(self, verb: str) -> None:
+        """Conflict if the message cannot be ``verb`` any more: its lease expired (it ran out, or its
+        keeper handed the message back at its end), or a verb settled it already."""
+        late = time.monotonic() - self._lease_end
+        if self._lease_ran_out or (late > 0 and not self._settled):
+            raise Conflict(f"The lease on message {self.id} expired {max(late, 0.0):.1f} s ago (it ran out "
+                           f"before the message was {verb}); it may be someone else's now, so it was not {verb}. "
+                           "Receive it again.")
         if self._settled:
             raise Conflict(f"Message {self.id} was already acked, nacked or released; it cannot be {verb}.")
-        late = time.monotonic() - self._lease_end
-        if late > 0:
-            raise Conflict(f"The lease on message {self.id} ran out {late:.1f} s ago; it may be someone else's "
-                           f"now, so it was not {verb}. Receive it again.")
 
     def _settle(self) -> None:
         self._settled = True

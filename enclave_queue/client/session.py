@@ -405,7 +405,7 @@ async def open_session(creds: Credentials, *, name: str, connect_timeout: float)
 
     try:
         nc = await nats.connect(
-            creds.broker_url, user=creds.username, password=creds.password, inbox_prefix=creds.inbox_prefix,
+            creds.servers, user=creds.username, password=creds.password, inbox_prefix=creds.inbox_prefix,
             name=name, connect_timeout=connect_timeout, error_cb=on_error, reconnected_cb=on_reconnect,
             closed_cb=on_closed, allow_reconnect=True,
             max_reconnect_attempts=1, reconnect_time_wait=0.25, pending_size=64 * 1024 * 1024,

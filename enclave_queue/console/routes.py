@@ -26,11 +26,13 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from ..auth.tokens import token_digest
+from ..envelope import MAX_DELAY
 from ..errors import Conflict, EnclaveError, SpecError
 from ..service import QueueService
 from ..spec import (
     DEFAULT_GRACE,
     LIMITS,
+    MAX_DEDUPE_KEY,
     MAX_GRACE,
     MAX_PRIORITY,
     MIN_PRIORITY,
@@ -53,7 +55,8 @@ TABS = QUEUE_TABS
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.globals.update(LIMITS=LIMITS, rule=rule, NAME_RULE=NAME_RULE, TABS=TABS, MIN_PRIORITY=MIN_PRIORITY,
-                             MAX_PRIORITY=MAX_PRIORITY, DEFAULT_GRACE=DEFAULT_GRACE, MAX_GRACE=MAX_GRACE)
+                             MAX_PRIORITY=MAX_PRIORITY, DEFAULT_GRACE=DEFAULT_GRACE, MAX_GRACE=MAX_GRACE,
+                             MAX_DELAY=MAX_DELAY, MAX_DEDUPE_KEY=MAX_DEDUPE_KEY)
 router = APIRouter(include_in_schema=False)
 
 
@@ -135,6 +138,31 @@ async def frame(request: Request, session: Session, project: str, **extra: Any) 
     return {"session": session, "project": project, "projects": projects, **extra}
 
 
+#: what the forms call each field (_fields.html, queue.html): the words an error uses for it, not
+#: the API's field name ("Retention must be …", not "retention_hours must be …")
+LABELS = {
+    "name": "Name",
+    "visibility_timeout_seconds": "Visibility timeout",
+    "max_receives": "Tries (max receives)",
+    "retention_hours": "Retention",
+    "max_message_bytes": "Max message size",
+    "max_messages": "Capacity (max messages)",
+    "max_bytes": "Storage (max bytes)",
+    "dedupe_window_seconds": "Dedupe window",
+    "dead_letter_queue": "Dead-letter queue",
+    "retry_backoff_seconds": "Retry backoff",
+    "priorities": "Priorities",
+    "replicas": "Replicas",
+    "grace_seconds": "Grace period",
+}
+FIELD_NAMES = re.compile(r"\b(" + "|".join(sorted(LABELS, key=len, reverse=True)) + r")\b")
+
+
+def in_words(message: str) -> str:
+    """``message`` with each field's API name replaced by its label in the forms."""
+    return FIELD_NAMES.sub(lambda m: LABELS[m.group(1)], message)
+
+
 def field_errors(exc: EnclaveError, form: Optional[dict[str, str]] = None) -> dict[str, str]:
     """Each bad field's message, by field; with the ``form``, a number is shown as it was typed."""
     return {e["field"].split(".")[0]: as_typed(e["message"], form) for e in exc.errors}
@@ -142,16 +170,17 @@ def field_errors(exc: EnclaveError, form: Optional[dict[str, str]] = None) -> di
 
 def as_typed(message: str, form: Optional[dict[str, str]]) -> str:
     """``message`` with each number a form field sent shown as the text that was typed ('999'),
-    not as the integer the console made of it (settings_from_form, rotate_password)."""
+    not as the integer the console made of it (settings_from_form, rotate_password), and the
+    fields named by their labels (``in_words``)."""
     for key in NUMBER_FIELDS:
         text = (form or {}).get(key, "").strip()
         if WHOLE_NUMBER.fullmatch(text):
             message = message.replace(f"(got {int(text)})", f"(got {shown(text)})")
-    return message
+    return in_words(message)
 
 
 WHOLE_NUMBER = re.compile(r"[+-]?[0-9]{1,19}")  #: what a number field's text may be (ASCII digits)
-NUMBER_FIELDS = (*LIMITS, "grace_seconds")  #: the forms' fields whose text becomes a number
+NUMBER_FIELDS = (*LIMITS, "grace_seconds", "replicas")  #: the forms' fields whose text becomes a number
 
 
 def form_number(text: str) -> int | str:
@@ -178,6 +207,8 @@ def settings_from_form(form: dict[str, str]) -> dict[str, Any]:
                                          if part.strip()] if text else None
     if "priorities" in form:
         data["priorities"] = True  # a checkbox is posted only when ticked, whatever its value
+    if form.get("replicas", "").strip():  # empty: the cluster's default (a new queue)
+        data["replicas"] = form_number(form["replicas"].strip())
     return data
 
 
@@ -303,11 +334,14 @@ async def queue_context(request: Request, session: Session, project: str, name: 
                         **extra: Any) -> dict[str, Any]:
     context = await frame(request, session, project, tab=tab, **extra)
     svc = service(request)
-    queues, context["status"] = await asyncio.gather(svc.list(project), svc.status(project, name))
+    queues, context["status"], context["dlq_users"] = await asyncio.gather(
+        svc.list(project), svc.status(project, name), svc.dead_letter_sources(project, name))
     found = [q for q in queues if q.name == name]
     # not listed: being deleted, and get() raises the service's own NotFound
     context["queue"] = found[0] if found else await svc.get(project, name)
     context["queues"] = [q.name for q in queues if q.name != name]
+    queue = context["queue"]
+    context["leases"] = queue.retry_backoff_seconds or [queue.visibility_timeout_seconds]  # what the broker leases
     context.setdefault("values", {})
     context.setdefault("errors", {})
     context.setdefault("detail", None)
@@ -315,10 +349,12 @@ async def queue_context(request: Request, session: Session, project: str, name: 
 
 
 @router.get("/projects/{project}/queues/{name}/{tab}")
-async def queue_page(request: Request, project: str, name: str, tab: str, created: int = 0) -> Response:
+async def queue_page(request: Request, project: str, name: str, tab: str, created: int = 0,
+                     saved: int = 0) -> Response:
     session = await session_of(request)  # the tab is one of TABS: checked with the path (web/paths.py)
     rotated = notices(request).take(session.id, f"{project}/{name}") if tab == "credentials" else None
-    context = await queue_context(request, session, project, name, tab, created=bool(created), rotated=rotated)
+    context = await queue_context(request, session, project, name, tab, created=bool(created), saved=bool(saved),
+                                  rotated=rotated)
     return page(request, "queue.html", context)
 
 
@@ -333,7 +369,7 @@ async def update_queue(request: Request, project: str, name: str) -> Response:
         context = await queue_context(request, session, project, name, "settings", values=form,
                                       errors=field_errors(exc, form), detail=as_typed(exc.message, form))
         return page(request, "queue.html", context, status=exc.status)
-    return RedirectResponse(f"/projects/{project}/queues/{name}/settings?created=1", status_code=303)
+    return RedirectResponse(f"/projects/{project}/queues/{name}/settings?saved=1", status_code=303)
 
 
 @router.post("/projects/{project}/queues/{name}/delete")

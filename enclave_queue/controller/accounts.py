@@ -85,6 +85,8 @@ class Accounts:
         self._records: dict[str, tuple[AccountRecord, int]] = {}
         self._claiming = asyncio.Lock()
         self._graces: Optional[asyncio.Task[None]] = None
+        self._watcher: Optional[asyncio.Task[None]] = None
+        self._readded: set[str] = set()  #: accounts the last sync gave back to the broker
         self._grace_changed = asyncio.Event()
         self.frozen = False  #: the queue accounts' puts are refused (broker/storage.py)
 
@@ -115,12 +117,26 @@ class Accounts:
         if accounts and control not in accounts:
             raise EnclaveError(WRONG_KEY)
 
-    async def attach(self, store: Store, conn: BrokerConnection) -> None:
+    async def attach(self, store: Store, conn: BrokerConnection, *, watch: bool = False) -> None:
         """Load the account records, clean up what an interrupted run (or the spare pool of a
-        configuration-file version) left behind, and give the broker every account's claims."""
+        configuration-file version) left behind, and give the broker every account's claims.
+        ``watch`` (a cluster): the records other nodes write are followed, and the clean-up is
+        left to the node that holds the control-plane lease (``clean_up``)."""
         self.store, self.conn = store, conn
         self._records = {key: (record, revision) for key, record, revision in await store.accounts.items()}
         self.check_master_key()
+        if watch:
+            self._watcher = asyncio.create_task(self._follow_records(), name="account-records")
+            self._watcher.add_done_callback(log_failure)
+        else:
+            await self.clean_up()
+        await self._push_all()
+        self._remove_store_dirs()
+
+    async def clean_up(self) -> None:
+        """Remove the accounts no queue owns (an interrupted create or delete left them)."""
+        assert self.store is not None
+        store = self.store
         owners = {record.id for _, record, _ in await store.queues.items()}
         for record, _ in list(self._records.values()):
             if record.owner is None or record.id not in owners:
@@ -128,11 +144,33 @@ class Accounts:
                     log.warning("account %s was claimed by a queue that does not exist; removing it", record.id)
                     await self._delete_stream(record.id)
                 await store.accounts.delete(record.id)
-                del self._records[record.id]
-        await self._push_all()
-        self._remove_store_dirs()
-        self._graces = asyncio.create_task(self._end_graces(), name="password-graces")
-        self._graces.add_done_callback(log_failure)
+                self._records.pop(record.id, None)
+
+    def start_graces(self) -> None:
+        """End each rotation's grace on time from now on (the node that does the work that must
+        happen once)."""
+        if self._graces is None or self._graces.done():
+            self._graces = asyncio.create_task(self._end_graces(), name="password-graces")
+            self._graces.add_done_callback(log_failure)
+
+    async def _follow_records(self) -> None:
+        """Keep the records as other nodes of the cluster write them (creates, rotations, deletes):
+        this node's callout and credentials read them."""
+        assert self.store is not None
+        accounts = self.store.accounts
+        while True:
+            try:
+                async for key in accounts.watch_keys():
+                    found = await accounts.get(key)
+                    if found is None:
+                        self._records.pop(key, None)
+                        self._pushed.pop(key, None)
+                    elif key not in self._records or self._records[key][1] < found[1]:
+                        self._records[key] = found
+                        self._grace_changed.set()
+            except (nats.errors.Error, EnclaveError) as exc:
+                log.warning("watch of the account records interrupted (%s); restarting it", exc)
+                await asyncio.sleep(0.5)
 
     # -- the broker's claims ------------------------------------------------------------------
 
@@ -199,10 +237,16 @@ class Accounts:
         JWT removed behind the control plane's back) or holds in another form."""
         assert self.conn is not None
         listed = set(await self.conn.list_accounts())
+        # an account given back to the broker is given again at the next sync: nats-server 2.15
+        # can take the first push of an account it deleted with no connections or subscriptions
+        # allowed (logins refused "maximum account active connections exceeded" for ~13 s)
+        again, self._readded = self._readded, set()
         for record, _ in list(self._records.values()):
             key = self.keys.public(self.keys.queue_account(record.id))
-            if key not in listed or self._pushed.get(record.id) != self._pushed_form(record):
+            if key not in listed or record.id in again or self._pushed.get(record.id) != self._pushed_form(record):
                 await self.push(record)
+                if key not in listed:
+                    self._readded.add(record.id)
 
     async def ensure_applied(self, account_id: str) -> None:
         """Return once the broker has the account as its record says (its limit, its passwords)."""
@@ -258,6 +302,15 @@ class Accounts:
 
     # -- records --------------------------------------------------------------------------------
 
+    async def fetch(self, account_id: str) -> Optional[AccountRecord]:
+        """``get``, reading the state store when this node has not seen the record yet (on a
+        cluster, one another node wrote a moment ago: the watch may not have brought it)."""
+        if account_id not in self._records and self.store is not None:
+            found = await self.store.accounts.get(account_id)
+            if found is not None:
+                self._records[account_id] = found
+        return self.get(account_id)
+
     def get(self, account_id: str) -> Optional[AccountRecord]:
         found = self._records.get(account_id)
         return found[0] if found else None
@@ -286,8 +339,17 @@ class Accounts:
 
     async def verify(self, username: str, password: str) -> Optional[int]:
         """The password version ``password`` is for account ``username`` (the auth callout's
-        question), or None: the current one, or the previous one during its grace."""
-        record = self.get(username)
+        question), or None: the current one, or the previous one during its grace. On a cluster a
+        record another node changed a moment ago (a create, a rotation) is read again before a no."""
+        version = await self._check_password(self.get(username), password)
+        if version is None and self._watcher is not None and self.store is not None:
+            found = await self.store.accounts.get(username)
+            if found is not None and found != self._records.get(username):
+                self._records[username] = found
+                version = await self._check_password(found[0], password)
+        return version
+
+    async def _check_password(self, record: Optional[AccountRecord], password: str) -> Optional[int]:
         if record is None:
             return None
         candidates = [(record.password_version, record.password_hash)]
@@ -378,10 +440,20 @@ class Accounts:
         self._remove_store_dirs()
 
     async def stop(self) -> None:
+        """Stop ending graces (and following the records, if it did)."""
+        await self.stop_graces()
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+
+    async def stop_graces(self) -> None:
         if self._graces is not None:
             self._graces.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._graces
+            self._graces = None
 
     # -- clean-up -------------------------------------------------------------------------------
 

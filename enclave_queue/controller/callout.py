@@ -90,7 +90,8 @@ class Callout:
             except Exception:  # one bad request must not end the service
                 log.exception("auth callout failed on a request")
 
-        self._sub = await self._nc.subscribe(AUTH_SUBJECT, cb=on_request, pending_msgs_limit=65536)
+        # one queue group: on a cluster each login is answered by one control process, any of them
+        self._sub = await self._nc.subscribe(AUTH_SUBJECT, queue="callout", cb=on_request, pending_msgs_limit=65536)
 
     async def stop(self) -> None:
         if self._sub is not None:

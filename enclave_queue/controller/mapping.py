@@ -34,7 +34,7 @@ IMMUTABLE_STREAM = frozenset({"retention", "storage"})
 IMMUTABLE_CONSUMER = frozenset({"ack_policy", "deliver_policy"})
 
 STREAM_FIELDS = ("subjects", "retention", "storage", "discard", "max_age", "max_msg_size", "allow_direct",
-                 "max_msgs", "max_bytes", "duplicate_window", "allow_atomic", "allow_msg_schedules")
+                 "max_msgs", "max_bytes", "duplicate_window", "allow_atomic", "allow_msg_schedules", "num_replicas")
 CONSUMER_FIELDS = ("ack_policy", "deliver_policy", "ack_wait", "max_deliver", "max_ack_pending", "filter_subject",
                    "backoff")
 
@@ -60,7 +60,7 @@ def stream_config(queue_id: str, spec: QueueSpec, *, schedules: bool = False) ->
         allow_atomic=True,  # put_many: atomic batch publish (nats-server 2.12+); an older stream gets it as drift
         allow_msg_schedules=schedules and not spec.max_messages,  # put(delay_s=): one-shot schedules (2.12+)
         duplicate_window=float(spec.dedupe_window_seconds),
-        num_replicas=1,
+        num_replicas=spec.replicas,  # its consumers follow it
     )
 
 

@@ -126,13 +126,22 @@ class Reconciler:
                 await asyncio.sleep(0.5)
 
     async def _resync(self) -> None:
-        while True:
-            await asyncio.sleep(self.resync_seconds * random.uniform(0.8, 1.2))
-            try:
-                await self.accounts.sync()  # repairs an edited or replaced configuration file
-                await self._walk([key for key, _, _ in await self.store.queues.items()])
-            except (nats.errors.Error, EnclaveError) as exc:
-                log.warning("resync failed: %s", exc)
+        walking: Optional[asyncio.Task[None]] = None
+        try:
+            while True:
+                await asyncio.sleep(self.resync_seconds * random.uniform(0.8, 1.2))
+                try:
+                    await self.accounts.sync()  # an account removed from the broker behind our back comes back
+                    # the walk goes on in the background: a queue slow to reconcile (its broker
+                    # account missing until the sync above) must not hold the next sync back
+                    if walking is None or walking.done():
+                        keys = [key for key, _, _ in await self.store.queues.items()]
+                        walking = asyncio.create_task(self._walk(keys), name="reconciler-walk")
+                except (nats.errors.Error, EnclaveError) as exc:
+                    log.warning("resync failed: %s", exc)
+        finally:
+            if walking is not None:
+                walking.cancel()
 
     async def _walk(self, keys: list[str]) -> None:
         """Reconcile every one of ``keys``, RESYNC_PARALLEL at a time, skipping those being
@@ -246,7 +255,7 @@ class Reconciler:
 
     async def reconcile(self, record: QueueRecord) -> str:
         """Bring one live queue's account, stream and consumer to its spec. Returns what was done."""
-        if self.accounts.get(record.id) is None:
+        if await self.accounts.fetch(record.id) is None:
             raise PermanentError(
                 f"The broker account of queue '{record.spec.name}' is missing; delete and re-create the queue."
             )
@@ -302,7 +311,7 @@ class Reconciler:
     async def _finalize(self, record: QueueRecord) -> None:
         """Delete a queue from the broker, then its records. Every step tolerates a repeat."""
         await self._set_status(record, "Deleting", "Deleting the queue's stream, account and secret.", "Deleting")
-        if self.accounts.get(record.id) is not None:
+        if await self.accounts.fetch(record.id) is not None:
             await self.accounts.ensure_applied(record.id)
             with contextlib.suppress(nats.js.errors.NotFoundError):
                 await self.conn.queue_js(record.id).delete_stream(stream_name(record.id))

@@ -36,7 +36,7 @@ from ..state.kv import Store
 from ..state.records import QueueRecord
 from .letters import READ_BATCH, Letter, Letters
 from .lookup import Lookup
-from .streams import floors, stream_info
+from .streams import Lane, lanes, stream_info
 
 PURGE_TIMEOUT = 5.0  #: seconds a purge may take
 EXPORT_PAGE_BYTES = 1_000_000  #: bytes of JSON one export page holds at most (but always one message)
@@ -61,15 +61,17 @@ class Contents:
         then this queue's dead letters on its dead-letter queue. A page stops before ``max_bytes``
         of JSON (but holds at least one message). See ``_exported`` for the fields.
 
-        ``in_flight`` is every message of the queue subject the consumer has delivered: leased now,
-        handed back and waiting for its redelivery, or out of receives and not yet moved to the
-        dead-letter queue. Its ``attempts`` is a lower bound (prior attempts + 1): JetStream keeps no
-        delivery count of a message that can be read without delivering it."""
+        ``in_flight`` is every message of the queue subject the consumer has delivered while a lease
+        it gave may still run (streams.py ``Lane``): leased now, handed back and waiting for its
+        redelivery, or out of receives and not yet moved to the dead-letter queue. Once every lease
+        of the consumer ran out, what it delivered and nobody deleted is ``waiting`` again. A taken
+        message's ``attempts`` is a lower bound (prior attempts + 1): JetStream keeps no delivery
+        count of a message that can be read without delivering it."""
         phase, after = _parse_cursor(cursor)
         record = await self.lookup.ready(project, name)
         page = _Page(max_bytes)
         if phase == "q":
-            delivered = await floors(self.conn, record)
+            delivered = await lanes(self.conn, record)
             notes = await self._error_notes(record.id)
             more = True
             while more:
@@ -100,7 +102,7 @@ class Contents:
             if cursor is None:
                 return
 
-    def _exported_message(self, record: QueueRecord, letter: Letter, delivered: dict[str, int],
+    def _exported_message(self, record: QueueRecord, letter: Letter, delivered: dict[str, Lane],
                           notes: dict[int, str]) -> dict[str, Any]:
         h, seq = letter.headers, letter.sequence
         if h.get("Nats-Subject", "").startswith(delay_subjects(subject_for(record.spec.project, record.spec.name))[:-1]):
@@ -108,8 +110,11 @@ class Contents:
             return _exported(letter, "delayed", attempts=prior_attempts(h), last_error=h.get(LAST_ERROR),
                              due_at=rfc3339(due) if due else None)
         noted = notes.get(message_id(h, seq)) or h.get(LAST_ERROR)
-        if seq > delivered.get(h.get("Nats-Subject", ""), 0):  # above its lane's last delivered one
+        lane = delivered.get(h.get("Nats-Subject", ""))
+        if lane is None or seq > lane.floor:  # above its lane's last delivered one: never taken
             return _exported(letter, "waiting", attempts=prior_attempts(h), last_error=noted)
+        if lane.leases_over:  # taken, and its lease ran out: waiting for its next receive
+            return _exported(letter, "waiting", attempts=prior_attempts(h) + 1, last_error=noted)
         return _exported(letter, "in_flight", attempts=prior_attempts(h) + 1, last_error=noted)
 
     async def _read(self, record: QueueRecord, after: int, subject: Optional[str] = None) -> tuple[list[Letter], bool]:
@@ -140,15 +145,18 @@ class Contents:
         and delayed; the delayed ones leave ``scheduled``) and on the dead-letter queue (dead).
 
         Messages in flight (at or below the consumer's delivered sequence, read first) are left to
-        finish: a worker can still delete them, and a nack brings them back. Only what was stored
-        when the clear started is removed. The race: a message delivered while the clear runs may
-        be removed while leased; its worker's delete (ack) is then harmless, and a nack finds it gone."""
+        finish: a worker can still delete them, and a nack brings them back. But once every lease a
+        consumer gave ran out (streams.py ``Lane``), what it delivered and nobody deleted is waiting
+        (its depth says so), and is removed with the rest. Only what was stored when the clear
+        started is removed. The race: a message delivered while the clear runs may be removed while
+        leased; its worker's delete (ack) is then harmless, and a nack finds it gone."""
         record = await self.lookup.ready(project, name)
-        info, delivered = await asyncio.gather(stream_info(self.conn, record), floors(self.conn, record))
+        info, delivered = await asyncio.gather(stream_info(self.conn, record), lanes(self.conn, record))
         last = info.state.last_seq
         waiting = 0
-        for subject, floor in delivered.items():  # the queue's subject, and each priority lane's
-            waiting += await self._delete_stored(record, floor, last, subject=subject)
+        for subject, lane in delivered.items():  # the queue's subject, and each priority lane's
+            after = 0 if lane.leases_over else lane.floor
+            waiting += await self._delete_stored(record, after, last, subject=subject)
         delayed = await self._purge(record, delay_subjects(subject_for(project, name)), last + 1)
         dlq = await self.lookup.dead_letter_queue(record)
         dead = 0

@@ -34,6 +34,7 @@ from ..state.records import QueueRecord
 from .letters import Letter, Letters
 from .lookup import Lookup
 from .redrive import RedriveTask, run_redrive
+from .tally import DeadLetterTally
 
 KEEP_FINISHED = 100  #: finished redrive tasks remembered
 
@@ -50,19 +51,36 @@ def _text(value: Any, longest: int) -> bool:
 class DeadLetterOps:
     """Dead letters by hand, for the API, the console and the desk; the redrives it started."""
 
-    def __init__(self, conn: BrokerConnection, store: Store, lookup: Lookup, letters: Letters) -> None:
+    def __init__(self, conn: BrokerConnection, store: Store, lookup: Lookup, letters: Letters,
+                 tally: DeadLetterTally) -> None:
         self.conn = conn
         self.store = store
         self.lookup = lookup
         self.letters = letters
+        self.tally = tally
         self.tasks: dict[str, RedriveTask] = {}
 
-    async def list(self, project: str, name: str, limit: int = 50, after: int = 0) -> dict[str, Any]:
-        """A page of a queue's letters (its messages, read without leasing them)."""
+    async def list(self, project: str, name: str, limit: int = 50, after: int = 0,
+                   source: Optional[str] = None) -> dict[str, Any]:
+        """A page of a queue's letters (its messages, read without leasing them); with ``source``,
+        only the letters that came from that queue of the project (a dead-letter queue may serve
+        several), read on until the page is full or the queue ends."""
         if not 1 <= limit <= MAX_LIST:
             raise out_of_range("limit", LIST_LIMIT_RULE, given(limit))
+        if source is not None and not (isinstance(source, str) and QUEUE_NAME_PATTERN.fullmatch(source)):
+            raise out_of_range("source", NAME_RULE, given(source))
         record = await self.lookup.ready(project, name)
-        letters = await self.letters.read(record, after, limit)
+        if source is None:
+            letters = await self.letters.read(record, after, limit)
+        else:
+            letters = []
+            while len(letters) < limit:
+                batch = await self.letters.read(record, after, MAX_LIST)
+                letters += [letter for letter in batch if letter.came_from(project, source)]
+                if len(batch) < MAX_LIST:
+                    break
+                after = batch[-1].sequence
+            letters = letters[:limit]
         return {
             "dead_letters": [letter.view() for letter in letters],
             "next_after": letters[-1].sequence if len(letters) == limit else None,
@@ -92,14 +110,17 @@ class DeadLetterOps:
 
     async def start_redrive(self, project: str, name: str, *, to: Optional[str] = None, max: Optional[int] = None,
                             rate: Optional[float] = None, filter_error: Optional[str] = None,
-                            dry_run: bool = False) -> dict[str, Any]:
-        """Start moving letters back (to their source queues, or all to ``to``); returns the task.
-        SpecError naming the field for a bad option, or a ``to`` that breaks the queue-name rule,
-        names this queue or no queue of the project."""
+                            dry_run: bool = False, source: Optional[str] = None) -> dict[str, Any]:
+        """Start moving letters back (to their source queues, or all to ``to``; with ``source``,
+        only the letters that came from that queue); returns the task. SpecError naming the field
+        for a bad option, or a ``to`` that breaks the queue-name rule, names this queue or no queue
+        of the project."""
         for option, value, ok, phrase in (
                 ("max", max, max is None or (isinstance(max, int) and max >= 1), REDRIVE_MAX_RULE),
                 ("rate", rate, rate is None or 0 < rate <= MAX_REDRIVE_RATE, REDRIVE_RATE_RULE),
                 ("to", to, to is None or (isinstance(to, str) and QUEUE_NAME_PATTERN.fullmatch(to)), NAME_RULE),
+                ("source", source, source is None or (isinstance(source, str)
+                                                      and QUEUE_NAME_PATTERN.fullmatch(source)), NAME_RULE),
                 ("filter_error", filter_error, filter_error is None or _text(filter_error, MAX_FILTER), FILTER_RULE)):
             if not ok:
                 raise out_of_range(option, phrase, given(value))
@@ -118,9 +139,13 @@ class DeadLetterOps:
                               f"Queue '{name}' is not the dead-letter queue of any queue in project '{project}'; "
                               "name a destination with 'to'.")
         task = RedriveTask(id=f"r{secrets.token_hex(4)}", project=project, queue=name, to=to, max=max, rate=rate,
-                           filter_error=filter_error, dry_run=dry_run)
+                           filter_error=filter_error, dry_run=dry_run, source=source)
         info = await retry_unavailable(lambda: self.conn.queue_js(record.id).stream_info(stream_name(record.id)))
-        task.total = info.state.messages if max is None else min(max, info.state.messages)
+        total = info.state.messages
+        if source is not None:  # only that queue's letters (None: too many to count them first)
+            counts = await self.tally.by_source(record)
+            total = counts[(project, source)] if counts is not None else total
+        task.total = total if max is None else min(max, total)
         task.last_sequence = info.state.last_seq  # letters that arrive later wait for the next redrive
         task.runner = asyncio.create_task(run_redrive(task, record, self.letters), name=f"redrive:{task.id}")
         self.tasks[task.id] = task

@@ -63,8 +63,12 @@ class Letter:
 
     def of_queue(self, record: QueueRecord) -> bool:
         """Whether this dead letter came from ``record``'s queue (a DLQ may serve several)."""
+        return self.came_from(record.spec.project, record.spec.name)
+
+    def came_from(self, project: str, name: str) -> bool:
+        """Whether this dead letter came from queue ``name`` of ``project``."""
         h = self.headers
-        return h.get(SOURCE_QUEUE) == record.spec.name and h.get(SOURCE_PROJECT) == record.spec.project
+        return h.get(SOURCE_QUEUE) == name and h.get(SOURCE_PROJECT) == project
 
     def view(self) -> dict[str, Any]:
         h = self.headers

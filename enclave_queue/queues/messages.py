@@ -23,13 +23,14 @@ import nats.js.errors
 from nats.nuid import NUID
 
 from ..auth.secrets import MasterKey, SealError
-from ..broker.connection import BrokerConnection, publish_into, stored_seq
+from ..broker.connection import BrokerConnection, delete_message, publish_into, stored_seq
 from ..envelope import (
     DELAY_RULE,
     body_view,
     check_delay,
     deadline_of,
     delay_subject,
+    delay_subjects,
     message_id,
     nak_payload,
     prior_attempts,
@@ -38,7 +39,7 @@ from ..envelope import (
     rfc3339,
     schedule_headers,
 )
-from ..errors import BrokerUnavailable, Conflict, MessageTooLarge, SpecError, field_error, out_of_range
+from ..errors import BrokerUnavailable, Conflict, MessageTooLarge, NotFound, SpecError, field_error, out_of_range
 from ..names import CONSUMER, lane_consumer, notes_subject, stream_name
 from ..retry import UNAVAILABLE, retry_unavailable
 from ..spec import (
@@ -69,6 +70,13 @@ PRIORITY_POLL = 0.1  #: seconds between looks at every priority lane while a rec
 #: seconds one pull of a receive by hand waits at most: a longer wait sends another, so a broker
 #: restarted meanwhile (which forgets pending pulls) is asked again
 PULL_SECONDS = 2.0
+
+
+def sender_headers(headers: dict[str, str]) -> dict[str, str]:
+    """The headers its sender gave a message: not the broker's (``Nats-…``), nor Enclave's
+    (``Enclave-…``), nor its Content-Type (shown as ``content_type``)."""
+    return {key: value for key, value in headers.items()
+            if not key.lower().startswith(("nats-", "enclave-")) and key.lower() != "content-type"}
 
 
 class Messages:
@@ -240,6 +248,7 @@ class Messages:
             "sent_at": meta.timestamp.isoformat() if meta.timestamp else None,
             "visible_again_at": hidden_until.isoformat(),
             "content_type": (msg.headers or {}).get("Content-Type"),
+            "headers": sender_headers(headers),
             **body_view(msg.data),
         }
 
@@ -254,7 +263,8 @@ class Messages:
         for letter in await self.letters.read(record, 0, limit):
             view = letter.view()
             peeked.append({"sequence": letter.sequence, "sent_at": letter.stored_at,
-                           "content_type": view["content_type"], "body": view["body"],
+                           "content_type": view["content_type"], "headers": sender_headers(letter.headers),
+                           "body": view["body"],
                            **({"body_base64": view["body_base64"]} if "body_base64" in view else {})})
         return peeked
 
@@ -285,6 +295,22 @@ class Messages:
         record = await self.lookup.live(project, name)
         sealed = self._unseal_receipt(record, receipt)
         await self._settle(record, sealed["r"], b"+ACK", "delete")
+
+    async def delete_sequence(self, project: str, name: str, seq: int) -> None:
+        """Delete the message stored at ``seq`` (the sequence receive and peek show; for a delayed
+        one, the number its send answered while it waits) for good, waiting, in flight or delayed;
+        NotFound if the queue holds none there. A worker holding it finds its delete harmless.
+        Counted as ``cleared``, as a clear's removals are."""
+        record = await self.lookup.ready(project, name)
+        stored, _ = await self.letters.batch(record, seq - 1, limit=1)
+        if not stored or stored[0].sequence != seq or not await delete_message(
+                self.conn.queue_js(record.id), stream_name(record.id), seq):
+            raise NotFound(f"Message {seq} is not on queue '{name}' in project '{project}' (deleted already, "
+                           "or never stored there).")
+        await self.store.count(record.key, "cleared")
+        schedules = delay_subjects(subject_for(project, name))[:-1]
+        if stored[0].headers.get("Nats-Subject", "").startswith(schedules):  # ``scheduled`` counts those not fired
+            await self.store.count(record.key, "scheduled", -1)
 
     async def nack_message(self, project: str, name: str, receipt: str, delay: float = 0) -> None:
         """Hand a received message back by its receipt: visible again after ``delay`` seconds

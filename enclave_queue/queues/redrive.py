@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,6 +33,9 @@ from .letters import READ_BATCH, Letter, Letters
 log = logging.getLogger("enclave.redrive")
 
 CHUNK = 64  #: letters moved at once (publishes pipelined, then deletes)
+#: fault injection for the tests: "stop-after-redrive-publish" stops the process (SIGSTOP) once a
+#: chunk's letters are published and before they are deleted, for the test to kill it there
+FAULT = os.environ.get("ENCLAVE_FAULT", "")
 
 
 class _Stopped(Exception):
@@ -47,6 +52,7 @@ class RedriveTask:
     rate: Optional[float]
     filter_error: Optional[str]
     dry_run: bool
+    source: Optional[str] = None  #: only the letters that came from this queue of the project
     total: int = 0  #: letters this redrive expects to move (an estimate without a filter)
     moved: int = 0  #: moved (or, in a dry run, that would move)
     failed: int = 0
@@ -62,7 +68,8 @@ class RedriveTask:
     def view(self) -> dict[str, Any]:
         return {
             "id": self.id, "project": self.project, "queue": self.queue, "to": self.to, "max": self.max,
-            "rate": self.rate, "filter_error": self.filter_error, "dry_run": self.dry_run, "state": self.state,
+            "rate": self.rate, "filter_error": self.filter_error, "dry_run": self.dry_run, "source": self.source,
+            "state": self.state,
             "total": self.total, "moved": self.moved, "failed": self.failed,
             "remaining": max(self.total - self.moved - self.failed, 0) if self.state == "running" else 0,
             "errors": self.errors[:10], "started_at": self.started_at, "finished_at": self.finished_at,
@@ -96,6 +103,9 @@ async def run_redrive(task: RedriveTask, record: QueueRecord, letters: Letters) 
                 if task.filter_error and task.filter_error.lower() not in letter.last_error.lower():
                     contiguous = False
                     continue
+                if task.source and not letter.came_from(task.project, task.source):
+                    contiguous = False
+                    continue
                 if task.max is not None and task.moved + len(chosen) >= task.max:
                     break
                 chosen.append(letter)
@@ -112,7 +122,7 @@ async def run_redrive(task: RedriveTask, record: QueueRecord, letters: Letters) 
                         ahead = task.moved / task.rate - (time.monotonic() - started)
             if task.max is not None and task.moved >= task.max:
                 break
-        if task.filter_error or task.max is None:
+        if task.filter_error or task.source or task.max is None:
             task.total = task.moved + task.failed  # now known exactly
         task.state = "done"
     except _Stopped:
@@ -150,6 +160,8 @@ async def _move_chunk(task: RedriveTask, record: QueueRecord, letters: Letters, 
             task.failed_letter(letter, outcome)
     moved = [letter for (letter, _), outcome in zip(ready, published, strict=True)
              if not isinstance(outcome, BaseException)]
+    if FAULT == "stop-after-redrive-publish":
+        os.kill(os.getpid(), signal.SIGSTOP)
     subject = subject_for(record.spec.project, record.spec.name)
     if contiguous and len(moved) == len(chunk) and moved:
         await retry_unavailable(lambda: js.purge_stream(stream, subject=subject, seq=moved[-1].sequence + 1))

@@ -5,11 +5,14 @@ its account being loaded) means the queue is not ready: Conflict (lookup.py)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import nats.js.errors
 
 from ..broker.connection import BrokerConnection
+from ..broker.depth import leases_over
 from ..envelope import lane_subject
 from ..names import CONSUMER, LANES, lane_consumer, stream_name
 from ..retry import UNAVAILABLE, retry_unavailable
@@ -40,10 +43,29 @@ def levels(record: QueueRecord) -> tuple[int, ...]:
     return (0, *LANES) if record.spec.priorities else (0,)
 
 
-async def floors(conn: BrokerConnection, record: QueueRecord) -> dict[str, int]:
-    """The last sequence each consumer delivered, by the subject it delivers: a message at or
-    below it has been taken (it is in flight), one above it waits."""
+@dataclass(frozen=True)
+class Lane:
+    """One consumer of a queue as it stands: the subject it delivers, the last sequence it
+    delivered (a message stored at or below it was taken, one above it waits) and whether every
+    lease it gave has run out (broker/depth.py ``leases_over``: then what it took and nobody
+    deleted waits for its next receive too)."""
+
+    subject: str
+    floor: int
+    leases_over: bool
+
+
+async def lanes(conn: BrokerConnection, record: QueueRecord) -> dict[str, Lane]:
+    """The queue's consumers (its own, and each priority lane's) by the subject they deliver."""
     subject = subject_for(record.spec.project, record.spec.name)
-    lanes = levels(record)
-    infos = await asyncio.gather(*(consumer_info(conn, record, lane_consumer(level)) for level in lanes))
-    return {lane_subject(subject, level): info.delivered.stream_seq for level, info in zip(lanes, infos, strict=True)}
+    levels_ = levels(record)
+    infos = await asyncio.gather(*(consumer_info(conn, record, lane_consumer(level)) for level in levels_))
+    now = datetime.now(UTC)
+    return {lane_subject(subject, level): Lane(lane_subject(subject, level), info.delivered.stream_seq,
+                                               bool(info.num_ack_pending) and _over(info, now))
+            for level, info in zip(levels_, infos, strict=True)}
+
+
+def _over(info: Any, now: datetime) -> bool:
+    config = info.config
+    return leases_over(info.delivered.last_active, float(config.ack_wait or 0), list(config.backoff or ()), now)

@@ -37,20 +37,21 @@ from ..api.problems import BROKER_ERRORS
 from ..auth.provenance import Provenance
 from ..auth.secrets import MasterKey, write_private
 from ..auth.tokens import generate_token, token_digest
-from ..broker.config import CONTROL_STREAM_BYTES, BrokerConfig
+from ..broker.config import CONTROL_STREAM_BYTES, BrokerConfig, control_replicas, route_env, route_password
 from ..broker.connection import BrokerConnection
 from ..broker.storage import StorageGuard
 from ..broker.supervisor import Supervisor, free_port
 from ..controller.accounts import Accounts
 from ..controller.callout import Callout
 from ..controller.errornotes import ErrorNotes
+from ..controller.lease import Lease
 from ..controller.mover import Mover
 from ..controller.naks import NakCounter
 from ..controller.reconciler import Reconciler
 from ..controller.sampler import Sampler
 from ..desk.deadlines import Deadlines
 from ..desk.endpoint import Desk
-from ..errors import BrokerUnavailable, Conflict
+from ..errors import BrokerUnavailable, Conflict, SpecError
 from ..metrics.collector import QueueMetrics
 from ..metrics.instruments import ControlMetrics
 from ..service import QueueService
@@ -99,6 +100,8 @@ class Runtime:
         self.service: Optional[QueueService] = None
         self.desk: Optional[Desk] = None
         self.deadlines: Optional[Deadlines] = None
+        self.lease: Optional[Lease] = None  #: on a cluster: which node does the work that must happen once
+        self.leading = False  #: whether this node does that work now
         self.api_url = ""
         self.ready = False
         self._http: Optional[_Uvicorn] = None
@@ -112,6 +115,16 @@ class Runtime:
         assert self.supervisor is not None
         host = "127.0.0.1" if self.settings.broker_host in ("0.0.0.0", "") else self.settings.broker_host
         return f"nats://{host}:{self.supervisor.port}"
+
+    @property
+    def broker_urls(self) -> list[str]:
+        """This node's broker URL, then the other nodes' the broker told of (a cluster's)."""
+        urls = [self.broker_url]
+        for uri in self.conn.control.discovered_servers if self.conn is not None else ():
+            url = f"nats://{uri.hostname}:{uri.port}"
+            if url not in urls:
+                urls.append(url)
+        return urls
 
     async def start(self) -> None:
         """Start everything (see the module's docstring). A filesystem that fills up on the way
@@ -131,18 +144,23 @@ class Runtime:
         check_room(s.home)
         with contextlib.suppress(OSError):
             (s.home / RUNTIME_FILE).unlink()  # a dead process's: the lock was free
+        if s.routes and not s.cluster_port:
+            raise SpecError("A node with routes to others needs a cluster port of its own (--cluster-port, "
+                            "ENCLAVE_CLUSTER_PORT).")
         port = s.broker_port or free_port(s.broker_host)
-        self.supervisor = Supervisor(s.broker_dir / "nats.conf", s.broker_host, port, log_path=s.log_dir / "nats-server.out",
-                                     memory_limit=s.broker_memory)
-        await self.supervisor.stop_stale()  # before the port check: it may hold the broker port
-        check_ports(s)
-        s.log_dir.mkdir(exist_ok=True)
         self.master = MasterKey.load_or_create(s.home, s.master_key)
-        CONTROL_STREAM_BYTES.size_for(s.file_store)  # the control streams' sizes, before their owners create them
         base = BrokerConfig(
             host=s.broker_host, port=port, store_dir=s.broker_dir, log_file=s.log_dir / "nats-server.log",
             sync=s.sync, max_file_store=s.file_store, max_memory_store=s.broker_memory // 4,
+            server_name=s.node_name, cluster_port=s.cluster_port, routes=s.routes,
         )
+        self.supervisor = Supervisor(s.broker_dir / "nats.conf", s.broker_host, port, log_path=s.log_dir / "nats-server.out",
+                                     memory_limit=s.broker_memory, secret_env=route_env(base, route_password(self.master)))
+        await self.supervisor.stop_stale()  # before the port check: it may hold the broker port
+        check_ports(s)
+        s.log_dir.mkdir(exist_ok=True)
+        # the control streams' sizes and replicas, before their owners create them
+        CONTROL_STREAM_BYTES.size_for(s.file_store, replicas=control_replicas(s.nodes))
         self.accounts = Accounts(base, self.supervisor, self.master, metrics=self.metrics)
         try:
             await self.accounts.start_broker()
@@ -191,45 +209,85 @@ class Runtime:
 
     async def _start_parts(self, port: int) -> None:
         """Everything that talks to the broker, in order: run again from the top (after
-        ``_stop_parts``) if the broker dies on the way."""
+        ``_stop_parts``) if the broker dies on the way. The work that must happen once (``_lead``)
+        starts here on a single node; on a cluster, when this node holds the lease."""
         s = self.settings
         assert self.supervisor is not None and self.accounts is not None and self.master is not None
-        store_bytes = s.file_store
+        replicas = control_replicas(s.nodes)
         self.conn = await BrokerConnection.connect(
             f"nats://127.0.0.1:{port}" if s.broker_host in ("0.0.0.0", "") else self.supervisor.url,
             self.accounts.keys,
         )
-        self.store = await Store.open(self.conn.js)
-        await self.accounts.attach(self.store, self.conn)
+        # a cluster's first start waits for its peers (placement of the replicated buckets)
+        self.store = await Store.open(self.conn.js, replicas=replicas, attempts=600 if s.clustered else 100)
+        await self.accounts.attach(self.store, self.conn, watch=s.clustered)
         self.callout = Callout(self.conn.callout, self.accounts.verify, self.accounts.keys)
         await self.callout.start()  # apps log in from here on
-        self.storage = StorageGuard(s.broker_dir, store_bytes, self.conn, self.accounts.set_frozen,
+        self.storage = StorageGuard(s.broker_dir, s.file_store, self.conn, self.accounts.set_frozen,
                                     self.accounts.restart_broker)
-        await self.storage.start()
+        if not s.clustered:
+            await self.storage.start()
         await self._ensure_admin_token()
         self.index = QueueIndex(self.store)
         self.error_notes = ErrorNotes(self.conn)
-        await self.error_notes.start()
         self.mover = Mover(self.store, self.conn, self.index, s.sweep_seconds, Provenance.from_master(self.master))
-        await self.mover.start()
-        self.naks = NakCounter(self.store, self.conn)
-        await self.naks.start()
+        self.naks = NakCounter(self.store, self.conn)  # its counts are read on every node, kept by the leader's
         self.reconciler = Reconciler(self.store, self.conn, self.accounts, s.resync_seconds,
                                      on_deleted=self._queue_deleted, metrics=self.metrics, storage=self.storage)
-        await self.reconciler.start()
         self.storage.on_change = self.reconciler.reconcile_all  # the queues' statuses tell of the store
         self.sampler = Sampler(self.store, self.conn, self.accounts, s.sample_seconds, storage=self.storage)
-        await self.sampler.start()
+        self.deadlines = Deadlines(self.store, self.conn, self.index)
         accounts, supervisor = self.accounts, self.supervisor
         self.metrics.attach(QueueMetrics(self.store, self.conn, lambda: accounts.applied, self.naks.counted,
                                          lambda: supervisor.restarts, self.storage))
         self.service = QueueService(self.store, self.conn, self.accounts, self.master,
-                                    lambda: self.broker_url, s.internal_broker_url, self.reconciler.changed)
-        self.deadlines = Deadlines(self.store, self.conn, self.index)
-        await self.deadlines.start()
+                                    lambda: self.broker_url, s.internal_broker_url, self._status_changed,
+                                    broker_urls=lambda: self.broker_urls, nodes=s.nodes)
+        if s.clustered:
+            self.lease = Lease(self.conn.js, s.node_name, replicas, self._lead, self._follow)
+            await self.lease.start()
+        else:
+            await self._lead()
         self.desk = Desk(self.store, self.conn, self.service, self.index, self.naks)
         await self.desk.start()
         await self._start_http()
+
+    async def _lead(self) -> None:
+        """Start the work that must happen once: this node holds the lease (or is alone)."""
+        assert self.error_notes and self.mover and self.naks and self.reconciler and self.sampler and self.deadlines
+        assert self.accounts is not None and self.storage is not None
+        self.leading = True
+        if self.settings.clustered:
+            await self.accounts.clean_up()
+            await self.storage.start()
+        await self.error_notes.start()
+        await self.mover.start()
+        await self.naks.start()
+        await self.reconciler.start()
+        await self.sampler.start()
+        await self.deadlines.start()
+        self.accounts.start_graces()
+
+    async def _follow(self) -> None:
+        """Stop the work that must happen once (the lease went to another node, or we stop), in
+        the reverse order."""
+        if not self.leading:
+            return
+        self.leading = False
+        if self.accounts is not None:
+            await self.accounts.stop_graces()
+        # the storage guard early: no freeze or restart of the broker from here on; the nak
+        # counter last, storing its last counts
+        await stop_each(self.deadlines, self.storage, self.sampler, self.reconciler, self.mover, self.error_notes,
+                        self.naks)
+
+    async def _status_changed(self, key: str, timeout: float) -> None:
+        """Wait for the reconciler's next status write of ``key`` (here, if this node reconciles),
+        or a moment (the leader reconciles elsewhere: the status is read again)."""
+        if self.leading and self.reconciler is not None:
+            await self.reconciler.changed(key, timeout)
+        else:
+            await asyncio.sleep(min(0.05, timeout))
 
     async def _queue_deleted(self, queue_id: str) -> None:
         """The reconciler deleted a queue: its id names nothing any more, its notes go."""
@@ -247,8 +305,10 @@ class Runtime:
 
     async def _ensure_admin_token(self) -> None:
         """Create the admin token on the first start and write it to ENCLAVE_HOME/admin-token (0600).
-        Without that file (deleted to rotate the token), a new admin token replaces the old one."""
+        Without that file (deleted to rotate the token), a new admin token replaces the old one. On
+        a cluster each node has its own (``admin@<node>``), good on every node."""
         assert self.store is not None
+        name = f"admin@{self.settings.node_name}" if self.settings.clustered else "admin"
         path = self.settings.home / ADMIN_TOKEN_FILE
         if path.exists():
             token = path.read_text().strip()
@@ -256,10 +316,10 @@ class Runtime:
                 return
         token = generate_token()
         with contextlib.suppress(Conflict):
-            await self.store.tokens.create(token_digest(token), TokenRecord(name="admin"))
+            await self.store.tokens.create(token_digest(token), TokenRecord(name=name))
         write_private(path, token + "\n")
         for digest, record, _ in await self.store.tokens.items():
-            if record.name == "admin" and digest != token_digest(token):
+            if record.name == name and digest != token_digest(token):
                 await self.store.tokens.delete(digest)
         log.info("admin token written to %s", path)
 
@@ -332,6 +392,8 @@ class Runtime:
         self.ready = False
         with contextlib.suppress(OSError):
             (self.settings.home / RUNTIME_FILE).unlink()
+        if self.supervisor is not None and self.accounts is not None:
+            self.supervisor.streams = len(self.accounts.applied)  # its stop waits for them all
         await self._stop_parts()
         if self.supervisor is not None:
             await self.supervisor.stop()
@@ -342,34 +404,22 @@ class Runtime:
             self._http.should_exit = True
             with contextlib.suppress(Exception):
                 await self._http_task
-        if self.desk is not None:
-            await self.desk.stop()
-        if self.deadlines is not None:
-            await self.deadlines.stop()
-        if self.storage is not None:
-            await self.storage.stop()  # no freeze or restart of the broker from here on
-        if self.service is not None:
-            await self.service.dead_letters.stop()
-        if self.reconciler is not None:
-            await self.reconciler.stop()
-        if self.mover is not None:
-            await self.mover.stop()
-        if self.error_notes is not None:
-            await self.error_notes.stop()
-        if self.sampler is not None:
-            await self.sampler.stop()
-        if self.naks is not None:
-            await self.naks.stop()  # stores its last counts: before the connection closes
-        if self.callout is not None:
-            await self.callout.stop()
-        if self.accounts is not None:
-            await self.accounts.stop()
+        await stop_each(self.desk, self.lease)  # the work that must happen once stops with the lease (``_follow``)
+        await self._follow()
+        await stop_each(self.service.dead_letters if self.service else None, self.storage, self.callout, self.accounts)
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 await self.conn.close()
-        self._http = self._http_task = None
+        self._http = self._http_task = self.lease = None
         self.desk = self.deadlines = self.storage = self.service = self.reconciler = self.mover = None
         self.error_notes = self.sampler = self.naks = self.callout = self.conn = self.store = self.index = None
+
+
+async def stop_each(*parts: Any) -> None:
+    """``await part.stop()`` for each part that was made (not None), in order."""
+    for part in parts:
+        if part is not None:
+            await part.stop()
 
 
 async def serve(settings: EnclaveSettings, *, announce: Any = print) -> None:

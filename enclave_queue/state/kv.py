@@ -8,6 +8,8 @@ enclave-status     ``<project>.<name>``     QueueStatus (what the reconciler obs
 enclave-accounts   ``<queue id>``           AccountRecord (sealed password, bcrypt hash)
 enclave-tokens     sha256 of the token      TokenRecord
 enclave-counters   ``<project>.<name>``     QueueCounters (dead-lettered, discarded, nacked)
+enclave-access-keys  access key id          AccessKeyRecord (SQS access keys: sealed secret)
+enclave-sqs        ``<project>.<name>``     SqsQueueRecord (SQS-only attributes, tags)
 =================  =======================  ==========================================
 
 Desired state and status are separate buckets so the API and the reconciler never overwrite
@@ -30,9 +32,20 @@ from pydantic import BaseModel
 from ..errors import BrokerUnavailable, Conflict
 from ..names import ACCOUNTS_BUCKET, COUNTERS_BUCKET, QUEUES_BUCKET, STATUS_BUCKET, TOKENS_BUCKET
 from ..retry import retry_unavailable
-from .records import AccountRecord, QueueCounters, QueueRecord, QueueStatus, TokenRecord
+from .records import (
+    AccessKeyRecord,
+    AccountRecord,
+    QueueCounters,
+    QueueRecord,
+    QueueStatus,
+    SqsQueueRecord,
+    TokenRecord,
+)
 
 R = TypeVar("R", bound=BaseModel)
+
+ACCESS_KEYS_BUCKET = "enclave-access-keys"  #: the SQS endpoint's access keys (sqs/keys.py)
+SQS_BUCKET = "enclave-sqs"  #: the SQS endpoint's own attributes and tags of each queue
 
 #: seconds a state operation may take before the broker counts as unavailable
 OP_TIMEOUT = 5.0
@@ -127,16 +140,19 @@ class Bucket(Generic[R]):
 
 
 class Store:
-    """The four buckets, opened (and created on first start) on the control account's JetStream."""
+    """The buckets, opened (and created on first start) on the control account's JetStream."""
 
     def __init__(self, queues: Bucket[QueueRecord], status: Bucket[QueueStatus],
                  accounts: Bucket[AccountRecord], tokens: Bucket[TokenRecord],
-                 counters: Bucket[QueueCounters]) -> None:
+                 counters: Bucket[QueueCounters], access_keys: Bucket[AccessKeyRecord],
+                 sqs: Bucket[SqsQueueRecord]) -> None:
         self.queues = queues
         self.status = status
         self.accounts = accounts
         self.tokens = tokens
         self.counters = counters
+        self.access_keys = access_keys
+        self.sqs = sqs
 
     async def count(self, key: str, field: str, by: int = 1, *, once: Optional[str] = None) -> bool:
         """Add ``by`` to one of a queue's counters (compare-and-set, so concurrent adds all land).
@@ -165,28 +181,33 @@ class Store:
         return found[0] if found else QueueCounters()
 
     @classmethod
-    async def open(cls, js: JetStreamContext, *, attempts: int = 100) -> Store:
-        """Open or create the buckets; retries while JetStream is still starting."""
+    async def open(cls, js: JetStreamContext, *, attempts: int = 100, replicas: int = 1) -> Store:
+        """Open or create the buckets (``replicas``: on that many nodes of a cluster); retries while
+        JetStream is still starting, or a cluster is still electing its leaders or waiting for peers."""
         for attempt in range(attempts):
             try:
                 return cls(
-                    Bucket(await _bucket(js, QUEUES_BUCKET, history=5), QueueRecord),
-                    Bucket(await _bucket(js, STATUS_BUCKET), QueueStatus),
-                    Bucket(await _bucket(js, ACCOUNTS_BUCKET), AccountRecord),
-                    Bucket(await _bucket(js, TOKENS_BUCKET), TokenRecord),
-                    Bucket(await _bucket(js, COUNTERS_BUCKET), QueueCounters),
+                    Bucket(await _bucket(js, QUEUES_BUCKET, history=5, replicas=replicas), QueueRecord),
+                    Bucket(await _bucket(js, STATUS_BUCKET, replicas=replicas), QueueStatus),
+                    Bucket(await _bucket(js, ACCOUNTS_BUCKET, replicas=replicas), AccountRecord),
+                    Bucket(await _bucket(js, TOKENS_BUCKET, replicas=replicas), TokenRecord),
+                    Bucket(await _bucket(js, COUNTERS_BUCKET, replicas=replicas), QueueCounters),
+                    Bucket(await _bucket(js, ACCESS_KEYS_BUCKET, replicas=replicas), AccessKeyRecord),
+                    Bucket(await _bucket(js, SQS_BUCKET, replicas=replicas), SqsQueueRecord),
                 )
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError,
+                    nats.js.errors.ServerError):  # a cluster without its peers yet: no placement, no resources
                 if attempt == attempts - 1:
                     raise BrokerUnavailable("JetStream did not become ready to hold the state store.") from None
                 await asyncio.sleep(0.1)
         raise AssertionError("unreachable")
 
 
-async def _bucket(js: JetStreamContext, name: str, history: int = 1) -> KeyValue:
+async def _bucket(js: JetStreamContext, name: str, history: int = 1, replicas: int = 1) -> KeyValue:
     try:
         return await js.key_value(name)
     except nats.js.errors.BucketNotFoundError:
-        return await js.create_key_value(
-            api.KeyValueConfig(bucket=name, history=history, storage=api.StorageType.FILE, direct=True)
-        )
+        # direct gets may be answered by any replica, one that has not applied the last write yet:
+        # replicated, every read goes to the bucket's leader (a create is then read back at once)
+        return await js.create_key_value(api.KeyValueConfig(
+            bucket=name, history=history, storage=api.StorageType.FILE, direct=replicas == 1, replicas=replicas))

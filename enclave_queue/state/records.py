@@ -111,6 +111,33 @@ class TokenRecord(BaseModel):
     created_at: datetime = Field(default_factory=now)
 
 
+class AccessKeyRecord(BaseModel):
+    """An SQS access key (sqs/keys.py): its id is the key, its secret sealed under the master key
+    (bound to the id), and the project it is scoped to (None: every project)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    sealed_secret: str = Field(repr=False)  #: AES-GCM under the master key, bound to ``id``
+    project: Optional[str] = None
+    name: str = ""  #: what the operator called it
+    created_at: datetime = Field(default_factory=now)
+
+
+class SqsQueueRecord(BaseModel):
+    """What the SQS endpoint keeps of a queue beside its spec: the SQS attributes Enclave has no
+    setting for, and its tags. ``queue_id`` is the queue it was written for, so a re-created queue
+    of the same name does not inherit them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    queue_id: str
+    delay_seconds: int = 0  #: DelaySeconds: the delay of a message sent without its own
+    receive_wait_seconds: int = 0  #: ReceiveMessageWaitTimeSeconds: the wait of a receive without its own
+    tags: dict[str, str] = Field(default_factory=dict)
+    modified_at: datetime = Field(default_factory=now)
+
+
 class QueueCounters(BaseModel):
     """What happened to a queue's messages that ran out of receives, and how many were nacked."""
 

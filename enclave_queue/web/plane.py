@@ -30,6 +30,7 @@ class ControlPlane(Protocol):
     settings: EnclaveSettings
     sessions: Sessions
     metrics: Exposition
+    leading: bool  #: whether this node does the work that must happen once (on a cluster, the lease's holder)
 
     @property
     def service(self) -> Optional[QueueService]: ...

@@ -7,35 +7,45 @@ import pytest
 from enclave_queue.server.app import create_app
 from enclave_queue.spec import LIMITS, PRIORITIES_RULE
 from enclave_queue.web.paths import endpoints
-from tests.helpers import make_queue
+from tests.helpers import ANY_METHOD, SIGNED_ROUTES, make_queue
 
 #: a valid value for every path parameter (the path rules pass; the token check comes first)
 PARTS = {"project": "default", "name": "emails", "secret": "emails-password", "receipt": "abc", "seq": "1",
          "task_id": "r00000000", "tab": "settings"}
-#: what answers without any token: health (/metrics takes an API token or its own metrics token)
-OPEN = {"/healthz"}
+#: what answers without any credential: health, and the sign-in form (how a token becomes a session;
+#: its own form token: tests/console/test_csrf_routes.py)
+OPEN = {"/healthz", "/sign-in"}
 
 
-def guarded_routes() -> list[tuple[str, str]]:
-    """(method, path) of every /v1/ route, /metrics and the OpenAPI document, from the app's own route
-    table: a route added without the token check fails this test."""
-    table = []
-    for route in endpoints(create_app(None).routes):
-        if route.path in OPEN or not (route.path.startswith("/v1/") or route.path in ("/openapi.json", "/metrics")):
-            continue
-        for method in sorted(set(route.methods or ()) - {"HEAD"}):
-            table.append((method, route.path.format(**PARTS)))
-    return table
+def is_api(path: str) -> bool:
+    """Routes for programs, which take a bearer token (/metrics also its own metrics token)."""
+    return path.startswith("/v1/") or path in ("/openapi.json", "/metrics")
 
 
-ROUTES = guarded_routes()
+def every_route() -> list[tuple[str, str]]:
+    """(method, path template) of every route of the app's own route table, HEAD aside; a route
+    that lists no methods takes any, and is tried with ANY_METHOD."""
+    return [(method, route.path) for route in endpoints(create_app(None).routes)
+            for method in sorted(set(route.methods or ANY_METHOD) - {"HEAD"})]
+
+
+ALL = every_route()
+#: every route but the open ones: a route added without the token (or session) check fails below
+ROUTES = [(method, path.format(**PARTS)) for method, path in ALL
+          if path not in OPEN | SIGNED_ROUTES and is_api(path)]
+PAGES = [(method, path.format(**PARTS)) for method, path in ALL
+         if path not in OPEN | SIGNED_ROUTES and not is_api(path)]
+SIGNED = [(method, path) for method, path in ALL if path in SIGNED_ROUTES]
 
 
 def test_the_route_table_is_read_whole():
+    assert len(ROUTES) + len(PAGES) + len(SIGNED) + sum(path in OPEN for _, path in ALL) == len(ALL)
     paths = {path for _, path in ROUTES}
     assert {"/v1/projects/default/queues", "/v1/projects/default/queues/emails/dead-letters",
-            "/v1/projects/default/queues/emails/redrives", "/openapi.json", "/metrics"} <= paths
-    assert len(ROUTES) >= 25
+            "/v1/projects/default/queues/emails/dead-letters/1", "/v1/projects/default/queues/emails/redrives",
+            "/openapi.json", "/metrics"} <= paths
+    assert {"/", "/sign-out", "/projects/default/queues/emails/settings"} <= {path for _, path in PAGES}
+    assert {path for _, path in ALL if path in OPEN} == OPEN  # no open path left the table unnoticed
 
 
 def test_healthz_needs_no_token(stack):
@@ -52,6 +62,33 @@ def test_every_other_route_needs_a_valid_token(stack, method, path, token):
     assert response.headers["content-type"] == "application/problem+json"
     assert response.headers["www-authenticate"] == "Bearer"
     assert response.json()["status"] == 401
+
+
+@pytest.mark.parametrize(("method", "path"), SIGNED)
+@pytest.mark.parametrize("credential", ["none", "bearer"])
+def test_a_route_with_its_own_signature_refuses_a_request_without_one(stack, method, path, credential):
+    """The API token is no signature: unsigned, the SQS endpoint answers with its own refusal."""
+    headers = {"Authorization": f"Bearer {stack.token}"} if credential == "bearer" else {}
+    response = httpx.request(method, stack.api_url + path, headers=headers, data={"Action": "ListQueues"})
+    assert response.status_code in (400, 403), (method, path, response.status_code)
+    assert "<Error>" in response.text and "<QueueUrl>" not in response.text
+
+
+@pytest.mark.parametrize(("method", "path"), PAGES)
+@pytest.mark.parametrize("credential", ["none", "bearer", "forged-session"])
+def test_every_console_route_needs_a_session_and_sends_to_sign_in(stack, method, path, credential):
+    """The console's pages and forms take a session (made at sign-in), not the API token: without
+    one, every page and form sends the browser to sign in and does nothing."""
+    headers = {"Authorization": f"Bearer {stack.token}"} if credential == "bearer" else {}
+    if credential == "forged-session":
+        headers["Cookie"] = "enclave_session=forged"
+    response = httpx.request(method, stack.api_url + path, headers=headers,
+                             data=None if method == "GET" else {"name": "page-made"})
+    assert response.status_code == 303, (method, path, response.status_code)
+    assert response.headers["location"] == f"/sign-in?next={path}"
+    if method != "GET":
+        with stack.admin() as admin:
+            assert "page-made" not in {q["name"] for q in admin.list_queues("default")}
 
 
 def problem(response, status):
@@ -138,15 +175,16 @@ def test_queue_object_keys_are_exactly_the_opentofu_attributes(stack, http, uniq
     queue = http.get(f"/v1/projects/default/queues/{unique_name}").json()
     assert set(queue) == {"broker_url", "dead_letter_queue", "dedupe_window_seconds", "id", "internal_broker_url",
                           "max_bytes", "max_message_bytes", "max_messages", "max_receives", "name", "password_secret",
-                          "priorities", "project", "retention_hours", "retry_backoff_seconds", "subject", "username",
-                          "visibility_timeout_seconds"}
+                          "priorities", "project", "replicas", "retention_hours", "retry_backoff_seconds", "subject",
+                          "username", "visibility_timeout_seconds"}
     assert queue["broker_url"] == stack.broker_url
     assert queue["internal_broker_url"] == "nats://es-system-broker:4222"
     secret = http.get(f"/v1/projects/default/secrets/{queue['password_secret']}")
     assert secret.headers["cache-control"] == "no-store"
     creds = http.get(f"/v1/projects/default/queues/{unique_name}/credentials").json()
-    assert set(creds) == {"broker_url", "username", "password", "subject", "inbox_prefix", "stream", "consumer",
-                          "password_version", "previous_password_valid_until"}
+    assert set(creds) == {"broker_url", "broker_urls", "username", "password", "subject", "inbox_prefix", "stream",
+                          "consumer", "password_version", "previous_password_valid_until"}
+    assert (queue["replicas"], creds["broker_urls"]) == (1, [stack.broker_url])  # one node
     assert (creds["password_version"], creds["previous_password_valid_until"]) == (1, None)  # never rotated
     assert secret.json()["value"] == creds["password"] and len(creds["password"]) >= 32
 

@@ -35,7 +35,8 @@ async def test_the_five_minute_tour(stack, unique_name):
         assert output in created.stdout
 
     creds = json.loads(ok(stack, "queue", "credentials", unique_name, "--json").stdout)
-    assert set(creds) == {"broker_url", "username", "password", "subject", "inbox_prefix", "stream", "consumer"}
+    assert set(creds) == {"broker_url", "broker_urls", "username", "password", "subject", "inbox_prefix", "stream",
+                          "consumer", "password_version", "previous_password_valid_until"}
 
     # any NATS client: plain nats-py with the queue's username, password and inbox prefix
     nc = await nats.connect(creds["broker_url"], user=creds["username"], password=creds["password"],
@@ -148,9 +149,8 @@ def test_retry_backoff_from_the_cli_and_dead_letter_paging(stack, unique_name):
 def test_priorities_from_the_cli(stack, unique_name):
     created = ok(stack, "queue", "create", unique_name, "--priorities", "--wait")
     assert re.search(r"^priorities\s+True\s*$", created.stdout, re.MULTILINE), created.stdout
-    listed = ok(stack, "queue", "list").stdout.splitlines()
-    assert listed[0].split()[-1] == "PRIORITIES"
-    assert next(line for line in listed if line.split()[0] == unique_name).split()[-1] == "True"
+    listed = json.loads(ok(stack, "queue", "list", "--json").stdout)
+    assert next(queue for queue in listed if queue["name"] == unique_name)["priorities"] is True
 
     plain = json.loads(ok(stack, "queue", "create", f"{unique_name}-b", "--json").stdout)
     assert plain["priorities"] is False

@@ -113,7 +113,7 @@ def test_retention_999_shows_the_field_error_and_creates_nothing(console: Page, 
     retention = console.get_by_label("Retention")
     expect(retention).to_have_attribute("aria-invalid", "true")
     error = console.locator("#f-retention_hours-error")
-    expect(error).to_have_text("retention_hours must be an integer from 1 to 336 (got '999')")
+    expect(error).to_have_text("Retention must be an integer from 1 to 336 (got '999')")  # the form's words
     expect(retention).to_have_value("999")  # what was typed is kept
     expect(console.get_by_label("Name")).to_have_value(unique_name)
     shot(console, "new-queue-error")
@@ -229,10 +229,10 @@ def test_invalid_json_and_bad_receive_numbers_are_shown_beside_their_fields(cons
     console.goto(queue_url(stack, unique_name, "messages"))
     console.get_by_label("Body", exact=True).fill("{not json")
     console.get_by_role("button", name="Send").click()
-    expect(console.locator("#send-body-error")).to_contain_text("body is not valid JSON")
+    expect(console.locator("#send-body-error")).to_contain_text("Body is not valid JSON")
     console.get_by_label("How many").fill("500")
     console.get_by_role("button", name="Receive").click()
-    expect(console.locator("#receive-max-error")).to_have_text("max must be an integer from 1 to 100 (got 500)")
+    expect(console.locator("#receive-max-error")).to_have_text("How many must be an integer from 1 to 100 (got 500)")
     with stack.admin() as admin:
         assert admin.stats("default", unique_name)["sent"] == 0
 
@@ -340,14 +340,14 @@ def test_metrics_tab_draws_a_chart_from_real_samples(console: Page, stack, uniqu
         assert wait_until(lambda: sampled(waiting=2, in_flight=2), 15)
         points = admin.request("GET", depth, params={"hours": 24})["points"]
     console.goto(queue_url(stack, unique_name, "metrics"))
-    chart = console.locator("[data-chart] svg")
-    expect(chart).to_be_visible()
+    chart = console.locator('[data-chart="depth"]')
+    expect(chart.locator("canvas")).to_be_visible()  # drawn by uPlot (test_console_work.py reads its data)
+    expect(chart).to_have_attribute("data-points", re.compile(r"\d+"))
     drawn = int(chart.get_attribute("data-points"))
     assert drawn >= len(points) >= 2
-    waiting = console.locator('polyline[data-series="waiting"]')
-    heights = [float(xy.split(",")[1]) for xy in waiting.get_attribute("points").split()]
-    assert len(heights) == drawn
-    assert max(heights) > min(heights)  # the line falls from 4 waiting to 2 (SVG y grows downwards)
+    waiting = console.evaluate("""() => document.querySelector('[data-chart="depth"]').uplot.data[1]""")
+    assert len(waiting) == drawn
+    assert 4 in waiting and 2 in waiting  # the line falls from 4 waiting to 2
     expect(console.locator("[data-chart-note]")).to_contain_text("samples, one every")
     shot(console, "queue-metrics")
 

@@ -22,7 +22,7 @@ def test_capacity_and_dedupe_window_from_the_forms(console: Page, stack, unique_
     window = console.get_by_label("Dedupe window")
     expect(window).to_have_attribute("aria-invalid", "true")
     expect(console.locator("#f-dedupe_window_seconds-error")).to_have_text(
-        "dedupe_window_seconds (7200) must not exceed retention_hours (1 h = 3600 s): "
+        "Dedupe window (7200) must not exceed Retention (1 h = 3600 s): "
         "a key cannot outlive the messages it guards")
     window.fill("600")
     console.get_by_role("button", name="Create queue").click()

@@ -81,7 +81,7 @@ def test_a_bad_grace_is_refused_beside_its_field_and_nothing_is_rotated(console:
     expect(grace).to_be_focused()
     expect(grace).to_have_value(typed)  # what was typed is kept
     expect(console.locator("#f-grace_seconds-error")).to_have_text(
-        f"grace_seconds must be an integer from 0 to 604800 (7 days) (got {shown})")
+        f"Grace period must be an integer from 0 to 604800 (7 days) (got {shown})")  # the form's words
     expect(console.locator(".tabs .current")).to_have_text("Credentials")
     expect(console.locator("[data-rotated]")).to_have_count(0)
     assert credentials(stack, unique_name)["password"] == old["password"]

@@ -168,7 +168,7 @@ async def test_a_stack_starts_on_a_200_mib_filesystem_and_serves_a_queue(tmp_pat
                     admin.create_queue("default", {"name": "rest", "max_bytes": left + 1})
                 admin.create_queue("default", {"name": "rest", "max_bytes": left})
                 admin.wait_ready("default", "rest", timeout=20)
-            assert health(stack) == (200, {"status": "ok", "detail": "ready"})
+            assert health(stack) == (200, {"status": "ok", "detail": "ready", "node": "enclave", "leader": True})
             assert metric(stack, "enclave_broker_storage_ok") == 1
         finally:
             stop(stack)

@@ -6,14 +6,14 @@ import pytest
 
 from enclave_queue.client import connect, connect_sync
 from enclave_queue.errors import SpecError
-from tests.helpers import eventually, make_queue
+from tests.helpers import eventually, make_queue, pulls_waiting
 
 
 async def test_a_long_poll_returns_as_soon_as_a_message_arrives(stack, unique_name):
     creds = make_queue(stack, unique_name)
     async with connect(creds) as worker, connect(creds) as producer:
         polling = asyncio.ensure_future(worker.get(timeout_s=30))
-        await asyncio.sleep(0.5)
+        await eventually(lambda: pulls_waiting(creds), timeout=10)  # its request is with the broker
         assert not polling.done()  # it waits …
         await producer.put({"n": 1})
         message = await asyncio.wait_for(polling, 10)  # … and returns with the message, not at 30 s
@@ -65,8 +65,9 @@ async def test_iterate_keeps_waiting_for_new_messages_until_the_caller_stops(sta
 
         consuming = asyncio.ensure_future(consume())
         await producer.put("first")
-        await asyncio.sleep(0.3)
-        await producer.put("second")  # arrives while iterate waits: it keeps going
+        await eventually(lambda: seen == ["first"], timeout=10)
+        await eventually(lambda: pulls_waiting(creds), timeout=10)  # iterate waits for more …
+        await producer.put("second")  # … and the one that arrives then is taken too
         await asyncio.wait_for(consuming, 10)
         assert seen == ["first", "second"]
 

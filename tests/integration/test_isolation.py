@@ -119,12 +119,15 @@ async def test_a_users_own_operations_work_and_nothing_else_is_allowed(stack, un
         await client.close()
 
 
-async def test_the_control_planes_desk_acts_on_the_asking_queue_only(stack, unique_name):
+@pytest.mark.parametrize("a_first", [True, False], ids=["a-older", "a-newer"])
+async def test_the_control_planes_desk_acts_on_the_asking_queue_only(stack, unique_name, a_first):
     """An app reaches the desk as ``enclave.desk.<verb>`` in its own account; the queue it acts on
     comes from that account's import, so A's clear, metrics or dead letters never touch B, and the
-    control account's own desk subjects are out of A's reach."""
-    a = make_queue(stack, f"{unique_name}-a")
-    b = make_queue(stack, f"{unique_name}-b")
+    control account's own desk subjects are out of A's reach. Both directions: A made before B, and
+    after it."""
+    names = [f"{unique_name}-a", f"{unique_name}-b"]
+    made = {name: make_queue(stack, name) for name in (names if a_first else names[::-1])}
+    a, b = made[names[0]], made[names[1]]
     with stack.admin() as admin:
         b_id = admin.get_queue("default", f"{unique_name}-b")["id"]
     async with connect(a) as queue_a, connect(b) as queue_b:

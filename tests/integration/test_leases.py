@@ -1,27 +1,30 @@
 """A received message's fields and lease: late acks, release, extend and leases of their own,
 against the real broker."""
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from enclave_queue.client import connect
 from enclave_queue.errors import Conflict, SpecError
-from tests.helpers import make_queue
+from tests.helpers import eventually, make_queue
+
+CLOCK = timedelta(milliseconds=5)  #: the broker's and this process's clocks are one clock, read at different precisions
 
 
 async def test_a_message_tells_its_id_attempts_times_and_last_error(stack, unique_name):
     creds = make_queue(stack, unique_name, visibility_timeout_seconds=30)
     async with connect(creds) as queue:
-        put_at = datetime.now(UTC)
+        before_put = datetime.now(UTC)
         put_id = await queue.put({"to": "a@example.com"})
+        after_put = datetime.now(UTC)
         first = await queue.get(timeout_s=2)
+        after_get = datetime.now(UTC)
         assert first is not None
         assert (first.id, first.attempts, first.last_error) == (put_id, 1, None)
-        assert abs((first.enqueued_at - put_at).total_seconds()) < 1
-        expected_end = datetime.now(UTC) + timedelta(seconds=30)
-        assert abs((first.lease_expires_at - expected_end).total_seconds()) < 1
+        assert before_put - CLOCK <= first.enqueued_at <= after_put + CLOCK  # the broker's time of the put
+        # the visibility timeout from the receive (which came between after_put and after_get)
+        assert after_put + timedelta(seconds=30) - CLOCK <= first.lease_expires_at <= after_get + timedelta(seconds=30)
         await first.nack(error="SMTP 451")
         second = await queue.get(timeout_s=2)
         assert second is not None
@@ -35,12 +38,13 @@ async def test_an_ack_after_the_lease_ran_out_raises_conflict(stack, unique_name
         await queue.put("slow job")
         message = await queue.get(timeout_s=2)
         assert message is not None
-        await asyncio.sleep(1.3)
+        again = await queue.get(timeout_s=5)  # the broker gave it out again: the lease ran out there
+        assert again is not None and again.id == message.id and again.attempts == 2
+        await eventually(lambda: datetime.now(UTC) > message.lease_expires_at, timeout=5)  # and here
         with pytest.raises(Conflict, match="ran out"):
             await message.ack()
-        again = await queue.get(timeout_s=3)  # it came back: nothing was acked
-        assert again is not None and again.id == message.id and again.attempts == 2
         await again.ack()
+        assert await queue.len() == 0 and await queue.get(timeout_s=2) is None  # the new lease's ack counted
 
 
 async def test_release_gives_the_attempt_back_keeps_the_last_error_and_the_message_returns(stack, unique_name):
@@ -58,7 +62,7 @@ async def test_release_gives_the_attempt_back_keeps_the_last_error_and_the_messa
         assert third is not None
         assert (third.id, third.attempts, third.last_error) == (put_id, 2, "timeout talking to the bank")
         assert third.sequence != second.sequence  # a copy at the back of the queue
-        await third.release(delay_s=1)
+        await third.release(delay_s=2)
         assert await queue.get(timeout_s=0.3) is None  # hidden for the delay
         fourth = await queue.get(timeout_s=5)
         assert fourth is not None and (fourth.id, fourth.attempts) == (put_id, 2)
@@ -66,20 +70,24 @@ async def test_release_gives_the_attempt_back_keeps_the_last_error_and_the_messa
         assert (await queue.metrics())["dead_lettered"] == 0
 
 
-async def test_a_lease_of_its_own_longer_or_shorter_than_the_visibility_timeout(stack, unique_name):
-    creds = make_queue(stack, unique_name, visibility_timeout_seconds=2)
+async def test_a_lease_of_its_own_longer_than_the_visibility_timeout(stack, unique_name):
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=1)
     async with connect(creds) as worker, connect(creds) as other:
         await worker.put("long")
-        held = await worker.get(timeout_s=2, lease_s=5)
+        held = await worker.get(timeout_s=2, lease_s=6)
         assert held is not None
-        assert held.lease_expires_at > datetime.now(UTC) + timedelta(seconds=4)
-        assert await other.get(timeout_s=3) is None  # past the 2 s visibility timeout, still held
+        assert held.lease_expires_at > datetime.now(UTC) + timedelta(seconds=5)
+        assert await other.get(timeout_s=3) is None  # well past the 1 s visibility timeout, still held
         await held.ack()
 
+
+async def test_a_lease_of_its_own_shorter_than_the_visibility_timeout(stack, unique_name):
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=20)
+    async with connect(creds) as worker, connect(creds) as other:
         await worker.put("short")
         brief = await worker.get(timeout_s=2, lease_s=1)
         assert brief is not None
-        back = await other.get(timeout_s=1.8)  # given back at 1 s, before the 2 s timeout
+        back = await other.get(timeout_s=10)  # given back at 1 s, long before the 20 s timeout
         assert back is not None and back.id == brief.id
         await back.ack()
 

@@ -4,6 +4,7 @@ behind the controller's back, and the CLI ignoring a dead server's runtime file.
 import base64
 import json
 import os
+import signal
 from pathlib import Path
 
 import httpx
@@ -13,9 +14,9 @@ from enclave_queue.auth import jwt
 from enclave_queue.auth.keys import OperatorKeys
 from enclave_queue.auth.secrets import MasterKey
 from enclave_queue.client import connect
-from enclave_queue.errors import SpecError, Unauthorized
+from enclave_queue.errors import BrokerUnavailable, SpecError, Unauthorized
 from enclave_queue.settings import ClientSettings, EnclaveSettings
-from tests.helpers import eventually, make_queue, system_connection
+from tests.helpers import account_refuses_logins, eventually, make_queue, system_connection
 
 
 def test_deleting_the_admin_token_file_rotates_the_token(enclave_stack_factory, tmp_path):
@@ -42,36 +43,35 @@ def test_a_master_key_that_does_not_open_the_data_dir_stops_the_start(enclave_st
 
 
 async def test_an_account_removed_from_the_broker_comes_back(enclave_stack_factory):
-    # repairs come with the resync: a few seconds apart, so the broken state is seen before it
-    stack = enclave_stack_factory(env={"ENCLAVE_RESYNC_SECONDS": "4"})
+    """The account is removed while the control process is stopped (SIGSTOP), so no resync can
+    repair it before the test has seen it broken; let go, its next resync (every second in a test
+    stack) gives the broker the account's claims again."""
+    stack = enclave_stack_factory()
     creds = make_queue(stack, "tampered")
+    queue_id = creds["username"]  # a queue's user is named by its id
     keys = OperatorKeys(MasterKey.load_or_create(stack.home))
     gone = jwt.encode({"sub": keys.public(keys.operator), "nats": {
-        "type": "generic", "version": 2, "accounts": [keys.public(keys.queue_account(creds["username"]))]}},
+        "type": "generic", "version": 2, "accounts": [keys.public(keys.queue_account(queue_id))]}},
         keys.operator)
-    async with system_connection(stack) as nc:  # the account, gone from the broker
-        answer = json.loads((await nc.request("$SYS.REQ.CLAIMS.DELETE", gone.encode(), timeout=2)).data)
-    assert "error" not in answer, answer
-
-    async def refused():
-        try:
-            queue = await connect(creds)
-        except Unauthorized:
-            return True
-        await queue.close()
-        return False
-
-    await eventually(refused, timeout=4, interval=0.02)  # the broker applies the change at its reload
+    os.kill(stack.pid, signal.SIGSTOP)
+    try:
+        async with system_connection(stack) as nc:  # the account, gone from the broker
+            answer = json.loads((await nc.request("$SYS.REQ.CLAIMS.DELETE", gone.encode(), timeout=2)).data)
+        assert "error" not in answer, answer
+        await eventually(lambda: account_refuses_logins(stack, queue_id), timeout=10)  # broken, and seen so
+    finally:
+        os.kill(stack.pid, signal.SIGCONT)
 
     async def works():
         try:
             async with connect(creds) as queue:
                 await queue.send("back")
                 return True
-        except Unauthorized:
+        except (Unauthorized, BrokerUnavailable):  # refused; or the callout, busy catching up, too late
             return False
 
     await eventually(works, timeout=15)  # the next resync gives the broker the account's claims again
+    assert not await account_refuses_logins(stack, queue_id)
 
 
 def test_the_cli_ignores_the_runtime_file_of_a_dead_server(tmp_path):

@@ -75,9 +75,8 @@ async def test_cli_len_and_peek_show_the_queue_without_taking_from_it(stack, uni
 
         refused = run(stack, "queue", "peek", unique_name, "--limit", "0")
         assert (refused.returncode, refused.stderr) == (2, "error: limit must be an integer from 1 to 100 (got '0').\n")
-        assert taken.receive_count == 1
         rest = await queue.receive(batch=10, wait=1)
         assert [(m.sequence, m.receive_count) for m in rest] == [(2, 1), (3, 1)]  # the CLI took nothing
-        await queue.delete_many([taken, *rest])
+        await queue.delete_many([taken, *rest])  # still this worker's lease: the CLI took it from no one
     empty = run(stack, "queue", "peek", unique_name)
     assert (empty.returncode, empty.stdout, empty.stderr) == (0, "", f"No messages in '{unique_name}'.\n")

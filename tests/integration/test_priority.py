@@ -7,7 +7,7 @@ import pytest
 
 from enclave_queue.client import connect
 from enclave_queue.errors import SpecError
-from tests.helpers import eventually, make_queue
+from tests.helpers import eventually, make_queue, pulls_waiting
 
 
 async def test_higher_priority_is_taken_first_when_both_wait_and_fifo_within_a_level(stack, unique_name):
@@ -31,7 +31,7 @@ async def test_a_long_poll_wakes_for_a_message_on_any_level(stack, unique_name):
     creds = make_queue(stack, unique_name, priorities=True)
     async with connect(creds) as worker, connect(creds) as producer:
         polling = asyncio.ensure_future(worker.get(timeout_s=30))
-        await asyncio.sleep(0.3)
+        await eventually(lambda: pulls_waiting(creds), timeout=10)  # its long polls are with the broker
         await producer.put("urgent", priority=7)
         message = await asyncio.wait_for(polling, 10)
         assert message is not None and message.body == "urgent"

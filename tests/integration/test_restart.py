@@ -1,8 +1,11 @@
 """Restarts: a stopped and restarted stack keeps queues, credentials and messages; a broker
-killed while a producer publishes is restarted and loses no acknowledged message; a control
-process killed mid-reconcile converges when started again, with nothing orphaned."""
+killed while a producer publishes is restarted and loses no acknowledged message, and what it
+acknowledged is on the disk, not only in the page cache (which a process kill leaves alone, but an
+OS crash or a power cut does not); a control process killed mid-reconcile converges when started
+again, with nothing orphaned."""
 
 import asyncio
+import json
 import os
 import signal
 
@@ -16,7 +19,7 @@ from enclave_queue.auth.secrets import MasterKey
 from enclave_queue.client import connect
 from enclave_queue.client.session import drop_failed_attempt
 from tests.conftest import files_under
-from tests.helpers import eventually, make_queue
+from tests.helpers import account_store, dirty_pages, eventually, make_queue, system_connection
 
 pytestmark = pytest.mark.slow
 
@@ -34,15 +37,60 @@ async def test_stop_and_start_keeps_queues_credentials_and_waiting_messages(encl
     with second.admin() as admin:
         assert [q["name"] for q in admin.list_queues("default")] == ["orders"]
         again = admin.credentials("default", "orders")
-    assert {k: v for k, v in again.items() if k != "broker_url"} == {k: v for k, v in creds.items() if k != "broker_url"}
+    assert {k: v for k, v in again.items() if k not in ("broker_url", "broker_urls")} == \
+        {k: v for k, v in creds.items() if k not in ("broker_url", "broker_urls")}  # the port may change
     async with connect(again) as queue:
         messages = await queue.receive(batch=50, wait=2)
         assert sorted(m.body["n"] for m in messages) == list(range(20))
         await queue.delete_many(messages)
 
 
+async def broker_sync(stack) -> tuple[object, object]:
+    """The durability mode as rendered into the broker's configuration file, and as the running
+    broker reports it (JSZ: ``sync_always``)."""
+    rendered = json.loads((stack.home / "broker" / "nats.conf").read_text())["jetstream"].get("sync_interval")
+    async with system_connection(stack) as nc:
+        reply = json.loads((await nc.request("$SYS.REQ.SERVER.PING.JSZ", b"{}", timeout=2)).data)
+    return rendered, reply["data"]["config"].get("sync_always", False)
+
+
+@pytest.mark.parametrize("sync", ["", "interval"], ids=["default", "interval"])
+async def test_acknowledged_messages_are_on_the_disk_not_only_in_the_page_cache(enclave_stack_factory, sync):
+    """The default (ENCLAVE_SYNC unset) fsyncs before it acknowledges: once a put is confirmed, no
+    page of the queue's store is left for the kernel to write, so an OS crash loses nothing
+    acknowledged. ``interval`` (the broker's own default) acknowledges first: its pages wait in
+    the page cache, which shows the check sees unsynced data when there is some."""
+    stack = enclave_stack_factory(env={"ENCLAVE_SYNC": sync})  # empty: as if unset
+    assert await broker_sync(stack) == (("always", True) if not sync else (None, False))
+    creds = make_queue(stack, "durable")
+    with stack.admin() as admin:
+        queue_id = admin.get_queue("default", "durable")["id"]
+    async with connect(creds) as queue:
+        for n in range(100):
+            await queue.put(str(n))
+    store = account_store(stack, queue_id) / "streams"
+    blocks = [path for path in files_under(store) if path.suffix == ".blk"]  # the messages themselves
+    assert blocks, list(files_under(store))
+    dirty = {str(path.relative_to(store)): dirty_pages(path) for path in blocks}
+    if sync:
+        assert sum(dirty.values()) > 0, dirty
+        return
+    assert sum(dirty.values()) == 0, dirty
+
+    old_pid = stack.broker_pid
+    os.kill(old_pid, signal.SIGKILL)  # then the broker dies: all it acknowledged is read back
+    await eventually(lambda: stack.refresh().get("broker_pid") not in (None, old_pid), timeout=15)
+    async with connect(creds) as queue:
+        bodies = []
+        while batch := await queue.receive(batch=100, wait=1):
+            bodies += [m.body for m in batch]
+            await queue.delete_many(batch)
+    assert sorted(bodies, key=int) == [str(n) for n in range(100)]
+
+
 async def test_a_killed_broker_is_restarted_and_no_acknowledged_message_is_lost(enclave_stack_factory):
-    stack = enclave_stack_factory()
+    stack = enclave_stack_factory(env={"ENCLAVE_SYNC": ""})  # the default durability mode
+    assert await broker_sync(stack) == ("always", True)
     creds = make_queue(stack, "payments")
     acked: set[int] = set()
     async def on_error(exc: Exception) -> None:  # refused (or slow) until the control plane's callout is back

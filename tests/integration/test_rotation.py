@@ -32,6 +32,13 @@ async def assert_refused_and_new_works(old, new) -> None:
         await queue.put("after")
 
 
+async def still_works(raw: RawClient, creds) -> bool:
+    """Whether a live connection still talks to the broker as its queue's user (a put, confirmed)."""
+    assert raw.nc is not None
+    ack = await raw.nc.jetstream(timeout=2).publish(creds["subject"], b"still here")
+    return ack.stream == creds["stream"]
+
+
 async def test_both_passwords_log_in_during_the_grace_then_the_old_ones_connections_end(stack, unique_name):
     old = make_queue(stack, unique_name)
     raw, ended = await connected(old)
@@ -42,24 +49,31 @@ async def test_both_passwords_log_in_during_the_grace_then_the_old_ones_connecti
     assert new["password_version"] == again["password_version"] == 2
     assert new["previous_password_valid_until"] and again["previous_password_valid_until"] in (
         new["previous_password_valid_until"], None)  # None: the 3 s were over by the time it was read
+    raw_new, ended_new = await connected(new)
     async with connect(old) as by_old, connect(new) as by_new:  # both log in during the grace
         await by_old.put("from the old password")
         await by_new.put("from the new password")
         assert await by_new.len() == 2
-    assert raw.nc.is_connected
-    await asyncio.wait_for(ended.wait(), 10)  # the grace ends: the old password's connection is closed
+    assert await still_works(raw, old)  # the old password's live connection too, for now
+    await asyncio.wait_for(ended.wait(), 10)  # the grace ends: the old password's connection is cut
+    assert not ended_new.is_set() and await still_works(raw_new, new)  # the new one's is not
     await raw.close()
+    await raw_new.close()
     await assert_refused_and_new_works(old, new)
 
 
-async def test_no_grace_refuses_the_old_password_at_once(stack, unique_name):
+async def test_a_password_change_without_grace_cuts_the_old_passwords_live_connections(stack, unique_name):
     old = make_queue(stack, unique_name)
     raw, ended = await connected(old)
+    other, other_ended = await connected(old)  # every connection of the old password, not just one
+    assert await still_works(raw, old) and await still_works(other, old)
     with stack.admin() as admin:
         new = admin.rotate_password("default", unique_name, grace_seconds=0)
     assert new["previous_password_valid_until"] is None
-    await asyncio.wait_for(ended.wait(), 5)
+    await asyncio.wait_for(asyncio.gather(ended.wait(), other_ended.wait()), 10)  # cut by the broker
+    assert not raw.nc.is_connected and not other.nc.is_connected
     await raw.close()
+    await other.close()
     await assert_refused_and_new_works(old, new)
 
 

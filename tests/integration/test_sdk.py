@@ -1,5 +1,6 @@
 """The SDK's errors: clear, specific and immediate."""
 
+import asyncio
 import time
 
 import pytest
@@ -10,12 +11,13 @@ from tests.helpers import make_queue
 
 
 async def test_a_permission_denial_raises_at_once_not_after_a_timeout(stack, unique_name):
+    """The denial ends the call, rather than the call waiting its whole wait out and timing out
+    (what nats-py alone does): a 20 s wait is cut short (how fast: bench/ has no need, it is one
+    round trip)."""
     creds = make_queue(stack, unique_name)
     async with connect({**creds, "stream": "SOMEONE_ELSES"}) as queue:
-        started = time.monotonic()
         with pytest.raises(PermissionDenied, match="permissions violation for publish"):
-            await queue.receive(wait=3)
-        assert time.monotonic() - started < 1.0
+            await asyncio.wait_for(queue.receive(wait=20), 10)
 
 
 async def test_wrong_password_and_missing_credentials(stack, unique_name):
@@ -55,9 +57,11 @@ async def test_a_deleted_queue_fails_its_clients_with_unauthorized(stack, unique
         with stack.admin() as admin:
             admin.delete_queue("default", unique_name)
             admin.wait_deleted("default", unique_name)
+        deadline = time.monotonic() + 15
         with pytest.raises(Unauthorized, match="refused user"):  # the broker cut the deleted user off
-            for _ in range(50):
+            while time.monotonic() < deadline:  # sends go on until the cut reaches this connection
                 await queue.send("after")
+                await asyncio.sleep(0.05)
 
 
 def test_the_sync_client(stack, unique_name):

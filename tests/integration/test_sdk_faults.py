@@ -27,7 +27,7 @@ from nats.js import api
 
 from enclave_queue.client import connect
 from enclave_queue.errors import Conflict, MaybeStored
-from tests.helpers import eventually, make_queue
+from tests.helpers import eventually, make_queue, pulls_waiting
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ async def test_a_get_waiting_across_a_broker_kill_takes_a_message_put_after_it_a
     creds = make_queue(stack, "long-polls")
     async with connect(creds) as worker, connect(creds) as producer:
         waiting = asyncio.create_task(worker.get(timeout_s=10))
-        await asyncio.sleep(0.5)  # its long poll is with the broker now
+        await eventually(lambda: pulls_waiting(creds), timeout=10)  # its long poll is with the broker now
         await kill_broker(stack)
         put_at = time.monotonic()
         sent = await producer.put("after the restart")
@@ -65,7 +65,7 @@ async def test_a_get_waiting_across_a_broker_kill_takes_a_message_put_after_it_a
 
         iterating = worker.iterate()  # the same for iterate's long polls
         first = asyncio.ensure_future(iterating.__anext__())
-        await asyncio.sleep(0.5)
+        await eventually(lambda: pulls_waiting(creds), timeout=10)
         await kill_broker(stack)
         sent = await producer.put("to the iteration")
         message = await asyncio.wait_for(first, 5)
@@ -75,7 +75,7 @@ async def test_a_get_waiting_across_a_broker_kill_takes_a_message_put_after_it_a
 
         started = time.monotonic()  # nothing comes: back by the deadline, across a kill too
         waiting = asyncio.create_task(worker.get(timeout_s=3))
-        await asyncio.sleep(0.5)
+        await eventually(lambda: pulls_waiting(creds), timeout=2)
         await kill_broker(stack)
         assert await waiting is None
         assert 3 <= time.monotonic() - started < 3.5
@@ -221,7 +221,7 @@ async def test_a_receive_by_hand_waiting_across_a_broker_kill_takes_a_message_pu
     with stack.admin() as admin:
         loop = asyncio.get_running_loop()
         waiting = loop.run_in_executor(None, lambda: admin.receive("default", "by-hand", 1, 10))
-        await asyncio.sleep(0.5)
+        await eventually(lambda: pulls_waiting(creds), timeout=10)  # the control plane's pull is waiting
         await kill_broker(stack)
         async with connect(creds) as producer:
             await producer.put("after the restart")

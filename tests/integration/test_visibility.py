@@ -7,13 +7,13 @@ from tests.helpers import make_queue
 
 
 async def test_an_undeleted_message_comes_back_after_the_timeout_with_its_count_up(stack, unique_name):
-    creds = make_queue(stack, unique_name, visibility_timeout_seconds=1)
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=2)
     async with connect(creds) as queue:
         await queue.send({"n": 1})
         (first,) = await queue.receive(wait=2)
         assert first.body == {"n": 1} and first.receive_count == 1
-        assert await queue.receive(wait=0.5) == []  # hidden while leased
-        (again,) = await queue.receive(wait=3)
+        assert await queue.receive(wait=0.5) == []  # hidden while leased (1.5 s of the lease to spare)
+        (again,) = await queue.receive(wait=6)
         assert again.sequence == first.sequence
         assert again.receive_count == 2
         await again.delete()
@@ -33,8 +33,8 @@ async def test_extend_keeps_a_message_hidden_and_nack_hands_it_back(stack, uniqu
     async with connect(creds) as queue:
         await queue.send(b"\x00binary")
         (message,) = await queue.receive(wait=2)
-        for _ in range(3):  # 3 s in all, past the 2 s timeout; each extend comes 1 s before its lease ends
-            await asyncio.sleep(1.0)
+        for _ in range(6):  # 3 s in all, past the 2 s timeout; each extend 1.5 s before its lease ends
+            await asyncio.sleep(0.5)  # the worker busy with it: time passing is what is tested
             await message.extend()
         assert await queue.receive(wait=0.3) == []
         await message.nack()

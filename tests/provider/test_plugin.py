@@ -22,7 +22,7 @@ from tests.provider.harness import BINARY, UNKNOWN, Refined, Tofu, client_certif
 RESOURCE = "enclave_queue"
 ARGUMENTS = {"name", "project", "dead_letter_queue", "max_message_bytes", "max_receives", "retention_hours",
              "max_messages", "max_bytes", "dedupe_window_seconds",
-             "visibility_timeout_seconds", "retry_backoff_seconds", "priorities"}
+             "visibility_timeout_seconds", "retry_backoff_seconds", "priorities", "replicas"}
 OUTPUTS = {"broker_url", "id", "internal_broker_url", "password_secret", "subject", "username"}
 ROTATION = {"password_version", "password_grace_seconds"}  #: the resource's only: arguments kept in its state
 

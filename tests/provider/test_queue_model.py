@@ -12,7 +12,7 @@ VALID = {"name": "emails", "project": None, "dead_letter_queue": None, "max_mess
          "priorities": None, "password_version": None, "password_grace_seconds": None}
 PRIOR = {**VALID, "project": "default", "max_message_bytes": 262144, "max_receives": 0, "retention_hours": 96,
          "visibility_timeout_seconds": 30, "max_messages": 0, "max_bytes": 64 << 20, "dedupe_window_seconds": 3600,
-         "priorities": False, "broker_url": "nats://127.0.0.1:4222", "id": "qabc",
+         "priorities": False, "replicas": 1, "broker_url": "nats://127.0.0.1:4222", "id": "qabc",
          "internal_broker_url": "nats://es-system-broker:4222", "password_secret": "emails-password",
          "subject": "queue.default.emails", "username": "qabc", "password": "old-password", "password_version": 1,
          "password_grace_seconds": 3600}
@@ -20,6 +20,8 @@ PRIOR = {**VALID, "project": "default", "max_message_bytes": 262144, "max_receiv
 
 @pytest.mark.parametrize(("field", "value", "path", "fragment"), [
     ("name", "Emails", ("name",), "3–40 lowercase letters"),
+    ("replicas", 2, ("replicas",), "replicas must be 1 or 3"),
+    ("replicas", 1.5, ("replicas",), "(got 1.5)"),
     ("name", "ab", ("name",), "(got 'ab')"),
     ("project", "Shop", ("project",), "1–40 lowercase letters"),
     ("dead_letter_queue", "emails", ("dead_letter_queue",), "not the queue itself"),
@@ -146,8 +148,10 @@ def test_bodies_for_the_api():
     assert model.create_body(planned) == {
         "name": "emails", "max_message_bytes": 262144, "max_receives": 3, "retention_hours": 96,
         "visibility_timeout_seconds": 30, "max_messages": 0, "max_bytes": 64 << 20, "dedupe_window_seconds": 3600,
-        "priorities": False, "dead_letter_queue": "dlq", "retry_backoff_seconds": [5, 30]}
+        "priorities": False, "dead_letter_queue": "dlq", "retry_backoff_seconds": [5, 30], "replicas": 1}
+    assert "replicas" not in model.create_body({**planned, "replicas": Unknown})  # the server's default
     assert model.patch_body(planned, {**planned, "priorities": True}) == {"priorities": True}
+    assert model.patch_body(planned, {**planned, "replicas": 3.0}) == {"replicas": 3}
     assert model.patch_body(planned, {**planned, "dead_letter_queue": None, "retry_backoff_seconds": None,
                                       "max_receives": 0}) == {
         "dead_letter_queue": None, "max_receives": 0, "retry_backoff_seconds": None}

@@ -104,9 +104,26 @@ def test_upgrade_renames_config_mode_account_directories_once(tmp_path):
 
 
 def test_the_user_the_callout_mints_has_exactly_the_app_permissions_and_the_refusal():
-    claims = app_user("qa", "U" + "A" * 55, "A" + "B" * 55)
-    expected = app_permissions("qa")
-    assert set(claims["nats"]["pub"]["allow"]) - set(expected["publish"]["allow"]) == {"refused.>"}
-    assert set(expected["publish"]["allow"]) < set(claims["nats"]["pub"]["allow"])
-    assert claims["nats"]["sub"]["allow"] == expected["subscribe"]["allow"]
-    assert claims["nats"]["issuer_account"] == "A" + "B" * 55
+    """Written out by hand: the queue's own stream (its id upper-cased), its own inbox, the
+    account-local enclave.* services and the refusal; nothing with a wildcard wider than that."""
+    claims = app_user("qone", "U" + "A" * 55, "A" + "B" * 55)["nats"]
+    assert claims["pub"] == {"allow": [
+        "queue.>", "$JS.API.CONSUMER.MSG.NEXT.QONE.*", "$JS.ACK.QONE.*.>", "$JS.API.STREAM.INFO.QONE",
+        "$JS.API.CONSUMER.INFO.QONE.*", "$JS.API.DIRECT.GET.QONE", "$JS.API.DIRECT.GET.QONE.>",
+        "enclave.errors.*", "enclave.reject", "enclave.desk.*", "enclave.notes", "refused.>"]}
+    assert claims["sub"] == {"allow": ["_INBOX_qone.>"]}
+    assert claims["issuer_account"] == "A" + "B" * 55
+    assert set(claims["pub"]["allow"]) - {"refused.>"} == set(app_permissions("qone")["publish"]["allow"])
+
+
+def test_two_queues_users_share_no_stream_or_inbox_subject():
+    """Each queue's user names its own stream and inbox only: made side by side, neither names the
+    other's (a stream or inbox name built from anything but the id would show here)."""
+    one, two = (app_user(queue, "U" + "A" * 55, "A" + "B" * 55)["nats"] for queue in ("qone", "qtwo"))
+    for own, other, claims in (("qone", "qtwo", one), ("qtwo", "qone", two)):
+        text = json.dumps({"pub": claims["pub"], "sub": claims["sub"]})
+        assert own.upper() in text and f"_INBOX_{own}." in text
+        assert other not in text.lower()
+    shared = set(one["pub"]["allow"]) & set(two["pub"]["allow"])
+    assert shared == {"queue.>", "enclave.errors.*", "enclave.reject", "enclave.desk.*", "enclave.notes",
+                      "refused.>"}  # account-local subjects: each account has its own of them

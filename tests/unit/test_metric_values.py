@@ -63,10 +63,13 @@ def test_a_recreated_consumer_alone_restarts_only_the_received_count():
     assert (after["sent"], after["received"], after["deleted"]) == (11, 13, 8)
 
 
-def test_a_sample_is_four_numbers_and_its_point_has_the_broker_time():
+def test_a_sample_is_seven_numbers_and_its_point_has_the_broker_time():
     data = encode(Depth(waiting=3, in_flight=1, delayed=0, dead=None, oldest_age_seconds=2.0, sent=9,
                         received=9, removed=5))
-    assert data == b"[3,1,0,null]"
+    assert data == b"[3,1,0,null,9,9,5]"
     found = point(data, "2026-03-01T12:00:05.123456789Z")
-    assert found == {"t": "2026-03-01T12:00:05.123+00:00", "waiting": 3, "in_flight": 1, "delayed": 0, "dead": None}
+    assert found == {"t": "2026-03-01T12:00:05.123+00:00", "waiting": 3, "in_flight": 1, "delayed": 0, "dead": None,
+                     "sent": 9, "received": 9, "removed": 5}
+    older = point(b"[3,1,0,null]", "2026-03-01T12:00:05Z")  # stored before the totals were added
+    assert (older["waiting"], older["sent"], older["received"], older["removed"]) == (3, None, None, None)
     assert datetime.fromisoformat(point(data, "2026-03-01T12:00:05Z")["t"]) == datetime(2026, 3, 1, 12, 0, 5, tzinfo=UTC)

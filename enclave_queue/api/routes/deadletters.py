@@ -28,7 +28,7 @@ from ...spec import (
     QueueName,
 )
 from ..auth import SECRET_READ
-from ..deps import DeadLettersOf
+from ..deps import DeadLettersOf, Service
 from .messages import STRICT
 
 router = APIRouter(prefix="/v1/projects/{project}/queues/{name}")
@@ -42,13 +42,24 @@ class RedriveRequest(BaseModel):
     rate: Optional[float] = Field(None, gt=0, le=MAX_REDRIVE_RATE, description=REDRIVE_RATE_RULE)
     filter_error: Optional[str] = Field(None, min_length=1, max_length=MAX_FILTER, description=FILTER_RULE)
     dry_run: bool = Field(False, description=FLAG_RULE)
+    source: Optional[QueueName] = Field(None, description=f"only the letters from this queue: {NAME_RULE}")
 
 
 @router.get("/dead-letters", dependencies=[SECRET_READ])
 async def list_dead_letters(project: str, name: str, ops: DeadLettersOf,
                             limit: int = Query(50, ge=1, le=MAX_LIST, description=LIST_LIMIT_RULE),
-                            after: int = Query(0, ge=0, le=MAX_SEQUENCE, description=AFTER_RULE)) -> dict[str, Any]:
-    return await ops.list(project, name, limit, after)
+                            after: int = Query(0, ge=0, le=MAX_SEQUENCE, description=AFTER_RULE),
+                            source: Optional[str] = Query(None, description=f"only the letters from this queue: "
+                                                                             f"{NAME_RULE}")) -> dict[str, Any]:
+    """A page of the queue's letters; with ``source``, only those that came from that queue."""
+    return await ops.list(project, name, limit, after, source)
+
+
+@router.get("/dead-letters/counts")
+async def count_dead_letters(project: str, name: str, service: Service) -> dict[str, Any]:
+    """How many messages the queue holds, how many are letters from each source queue, and which
+    queues name it as their dead-letter queue (``{"total", "by_source", "sources"}``)."""
+    return await service.dead_letter_counts(project, name)
 
 
 @router.post("/dead-letters/{seq}/retry")

@@ -2,10 +2,10 @@
 
 Send: ``POST …/messages`` with ``{"body": <any JSON>}`` (a string is sent as its UTF-8 text,
 anything else as JSON) or ``{"body_base64": "…"}``, and optionally ``"dedupe_key"`` and
-``"delay_seconds"`` (0–604800); it answers ``{"sequence", "duplicate"}`` (and ``"delayed_until"``
+``"delay_seconds"`` (0–604800) and ``"headers"`` (``{name: value}``, the sender's own); it answers ``{"sequence", "duplicate"}`` (and ``"delayed_until"``
 for a delayed message), or 409 "Queue full" at ``max_messages``. Receive:
 ``POST …/messages/receive`` with ``{"max": 1–100, "wait": 0–20}``. Delete:
-``DELETE …/messages/{receipt}``. Hand back:
+``DELETE …/messages/{receipt}``, or without a receipt ``DELETE …/messages/sequence/{seq}``. Hand back:
 ``POST …/messages/{receipt}/nack`` with ``{"delay": seconds}``. Peek (nothing leased):
 ``GET …/messages?limit=1–100``. Export (nothing taken): ``GET …/export``, JSON Lines, one message
 a line. Clear: ``POST …/clear`` answers ``{"waiting", "delayed", "dead"}``, how many were removed.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any, Optional
 
@@ -50,6 +51,31 @@ NDJSON = "application/x-ndjson"
 EXPORT_CHUNK = 64 * 1024  #: bytes of JSON Lines sent at once
 
 
+MAX_HEADERS = 20  #: headers one message sent by hand may carry
+MAX_HEADER_VALUE = 1024  #: characters of one header's value
+#: a header's name: an HTTP token (RFC 9110), as NATS headers are; the broker's and Enclave's own
+#: (``Nats-…``, ``Enclave-…``) and ``Content-Type`` (set from the body) are not the sender's to set
+HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")
+RESERVED_HEADERS = re.compile(r"(?i)(nats-|enclave-|content-type$)")
+HEADERS_RULE = (f"an object of at most {MAX_HEADERS} headers: each name 1–64 letters, digits or !#$%&'*+.^_`|~- "
+                f"(not Content-Type, nor beginning with Nats- or Enclave-), each value text of at most "
+                f"{MAX_HEADER_VALUE} printable characters")
+
+
+def check_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
+    """The sender's headers, once they follow HEADERS_RULE; SpecError naming ``headers`` otherwise."""
+    headers = headers or {}
+    if len(headers) > MAX_HEADERS:
+        raise field_error("headers", f"must hold at most {MAX_HEADERS} headers (got {len(headers)})")
+    for key, value in headers.items():
+        if not HEADER_NAME.fullmatch(key) or RESERVED_HEADERS.match(key):
+            raise field_error("headers", f"has a name that is not a header's own: {HEADERS_RULE} (got {key!r})")
+        if len(value) > MAX_HEADER_VALUE or not value.isprintable():
+            raise field_error("headers", f"has a value that is not {MAX_HEADER_VALUE} printable characters at most "
+                                         f"(header {key!r})")
+    return headers
+
+
 #: every request body of these routes: strict JSON types, no unknown field, no NaN or Infinity
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -62,6 +88,7 @@ class SendRequest(BaseModel):
     # checked by the service too, with the same sentences (for callers other than the API)
     dedupe_key: Optional[str] = Field(None, min_length=1, max_length=MAX_DEDUPE_KEY, description=DEDUPE_KEY_RULE)
     delay_seconds: float = Field(0, ge=0, le=MAX_DELAY, description=DELAY_RULE)
+    headers: Optional[dict[str, str]] = Field(None, description=HEADERS_RULE)
 
 
 class NackRequest(BaseModel):
@@ -102,7 +129,8 @@ def encode_body(request: SendRequest) -> tuple[bytes, Optional[str]]:
 @router.post("/messages", status_code=201)
 async def send_message(project: str, name: str, body: SendRequest, messages: MessagesOf) -> dict[str, Any]:
     data, content_type = encode_body(body)
-    return await messages.send(project, name, data, content_type, body.dedupe_key, body.delay_seconds)
+    return await messages.send(project, name, data, content_type, body.dedupe_key, body.delay_seconds,
+                               check_headers(body.headers))
 
 
 @router.post("/messages/receive")
@@ -115,6 +143,13 @@ async def receive_messages(project: str, name: str, messages: MessagesOf,
 @router.delete("/messages/{receipt}", status_code=204)
 async def delete_message(project: str, name: str, receipt: str, messages: MessagesOf) -> Response:
     await messages.delete_message(project, name, receipt)
+    return Response(status_code=204)
+
+
+@router.delete("/messages/sequence/{seq}", status_code=204)
+async def delete_message_by_sequence(project: str, name: str, seq: int, messages: MessagesOf) -> Response:
+    """Delete the message stored at ``seq`` (waiting, in flight or delayed) without a receipt."""
+    await messages.delete_sequence(project, name, seq)
     return Response(status_code=204)
 
 

@@ -1,5 +1,5 @@
-// Enclave Queues console: what happens on a page after it loads. Plain JavaScript, no
-// dependencies. Every call goes to the HTTP API (/v1/...) with the session cookie and the
+// Enclave Queues console: what happens on a page after it loads. Plain JavaScript; the one
+// library is uPlot for the Metrics tab's charts, vendored beside this file (static/VENDORED.md). Every call goes to the HTTP API (/v1/...) with the session cookie and the
 // session's CSRF token in X-CSRF-Token: the API wants it on requests that change something and
 // on reads that return secrets or message bodies (credentials, peek, dead letters, export).
 "use strict";
@@ -66,7 +66,28 @@ function bodyText(message) {
   return message.body;
 }
 
-// Field errors of a JSON problem, shown beside their fields; the rest in `fallback`.
+// The words a form uses for a field: its input's label ("Retention", "Delay"), not the API's name
+// for it (retention_hours, delay_seconds); the field's name if it has no label here.
+function labelFor(form, field) {
+  const slot = form.querySelector(`[data-error-for="${field}"]`);
+  const input = slot && document.getElementById(slot.id.replace(/-error$/, ""));
+  const label = input && input.labels && input.labels[0];
+  return label ? label.textContent.trim() : field;
+}
+
+// A sentence of the API's with the fields of this form named by their labels: a field that
+// begins a clause ("max must be …; wait must be …"), and an API name anywhere (delay_seconds).
+function inWords(form, text) {
+  let said = String(text || "");
+  for (const slot of form.querySelectorAll("[data-error-for]")) {
+    const field = slot.dataset.errorFor;
+    const where = field.includes("_") ? `\\b${field}\\b` : `(?<=^|; )${field}\\b`;
+    said = said.replace(new RegExp(where, "g"), labelFor(form, field));
+  }
+  return said;
+}
+
+// Field errors of a JSON problem, shown beside their fields in the form's words; the rest in `fallback`.
 function showProblem(form, problem, fallback) {
   for (const p of form.querySelectorAll("[data-error-for]")) { p.hidden = true; p.textContent = ""; }
   for (const input of form.querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
@@ -76,12 +97,19 @@ function showProblem(form, problem, fallback) {
     const name = String(error.field).split(".")[0];
     const slot = form.querySelector(`[data-error-for="${name}"]`);
     if (!slot) continue;
-    slot.textContent = `${error.field} ${error.message}`;
+    slot.textContent = `${labelFor(form, name)} ${inWords(form, error.message)}`;
     slot.hidden = false;
     document.getElementById(slot.id.replace(/-error$/, ""))?.setAttribute("aria-invalid", "true");
     placed = true;
   }
-  if (!placed && fallback) fallback(problem.message);
+  if (!placed && fallback) fallback(inWords(form, problem.message));
+}
+
+// A number field's text as a JSON number when it is one; else the text, for the API to refuse
+// with the field's rule.
+function numberOf(text) {
+  const trimmed = String(text).trim();
+  return trimmed !== "" && !isNaN(Number(trimmed)) ? Number(trimmed) : trimmed;
 }
 
 function busy(form, on) {
@@ -108,7 +136,7 @@ function liveQueues(table) {
   const url = table.dataset.overview;
   const project = table.dataset.project;
   const note = document.querySelector("[data-refreshed]");
-  const cells = ["waiting", "in_flight", "delayed", "dead"];
+  const cells = { waiting: "Waiting", in_flight: "In flight", delayed: "Delayed", dead: "Dead letters" };
   async function refresh() {
     try {
       const { queues } = await api("GET", url);
@@ -117,9 +145,10 @@ function liveQueues(table) {
         const d = row.depth;
         return el("tr", { "data-queue": row.name },
           el("th", { scope: "row" }, el("a", { href: `/projects/${project}/queues/${row.name}/settings` }, row.name)),
-          el("td", {}, el("span", { class: `state state-${row.state.toLowerCase()}`, "data-col": "state", title: row.message }, row.state)),
-          cells.map((key) => el("td", { class: "num", "data-col": key }, d && d[key] !== null ? d[key] : "–")),
-          el("td", { class: "num", "data-col": "oldest_age_seconds" }, age(d ? d.oldest_age_seconds : null)));
+          el("td", { class: "state-cell" }, el("span", { class: `state state-${row.state.toLowerCase()}`, "data-col": "state", title: row.message }, row.state)),
+          Object.entries(cells).map(([key, label]) => el("td", { class: "num", "data-col": key, "data-label": label },
+            d && d[key] !== null ? d[key] : "–")),
+          el("td", { class: "num", "data-col": "oldest_age_seconds", "data-label": "Oldest" }, age(d ? d.oldest_age_seconds : null)));
       }));
       if (note) note.textContent = `Counts refreshed at ${new Date().toLocaleTimeString()}; every 3 seconds.`;
     } catch (problem) {
@@ -134,13 +163,29 @@ function liveQueues(table) {
 function watchStatus(line) {
   const state = line.querySelector("[data-state]");
   const message = line.querySelector("[data-state-message]");
+  const conditions = document.querySelector("[data-conditions]");
+  const generation = document.querySelector("[data-generation]");
+  function show(status) {
+    state.textContent = status.state;
+    state.className = `state state-${status.state.toLowerCase()}`;
+    message.textContent = status.message;
+    if (conditions) {  // the Settings tab's table follows too, not only the line above it
+      conditions.replaceChildren(...status.conditions.map((c) => el("tr", {},
+        el("th", { scope: "row" }, c.type), el("td", {}, typeof c.status === "boolean" ? (c.status ? "True" : "False") : c.status),
+        el("td", {}, c.reason),
+        el("td", { class: "message" }, c.message || ""),
+        el("td", { class: "muted" }, el("time", { datetime: c.last_transition_time }, c.last_transition_time)))));
+    }
+    if (generation) {
+      generation.textContent = `Generation ${status.generation}, applied ${status.observed_generation}; ` +
+        `dead-lettered ${status.dead_lettered}, discarded ${status.discarded}.`;
+    }
+  }
   async function poll() {
     for (;;) {
       try {
         const status = await api("GET", `${line.dataset.status}?wait_seconds=10`);
-        state.textContent = status.state;
-        state.className = `state state-${status.state.toLowerCase()}`;
-        message.textContent = status.message;
+        show(status);
         const settled = ["Ready", "Errored"].includes(status.state) && status.observed_generation >= status.generation;
         if (settled) return;
       } catch (problem) {
@@ -155,9 +200,26 @@ function watchStatus(line) {
 
 // -- Messages tab ---------------------------------------------------------------------------
 
+// "Name: value" lines as a headers object; a Problem naming the field for a line that is not one.
+function parseHeaders(text) {
+  const headers = {};
+  const lines = String(text).split("\n").map((line) => line.trim()).filter((line) => line);
+  for (const [i, line] of lines.entries()) {
+    const colon = line.indexOf(":");
+    if (colon < 1) {
+      throw new Problem(422, { errors: [{ field: "headers", message: `line ${i + 1} is not “Name: value” (got ${JSON.stringify(line)})` }] });
+    }
+    headers[line.slice(0, colon).trim()] = line.slice(colon + 1).trim();
+  }
+  return headers;
+}
+
 function messagesTab(section) {
   const base = section.dataset.messages;
+  const maxReceives = Number(section.dataset.maxReceives || 0);
+  const deadLetterQueue = section.dataset.deadLetterQueue;
   const received = section.querySelector("[data-received]");
+  const clearHandled = section.querySelector("[data-clear-handled]");
   const sendForm = section.querySelector('[data-action="send"]');
   const receiveForm = section.querySelector('[data-action="receive"]');
   const peekForm = section.querySelector('[data-action="peek"]');
@@ -166,22 +228,33 @@ function messagesTab(section) {
 
   sendForm.addEventListener("submit", async (event) => {
     event.preventDefault();
-    const text = sendForm.elements.body.value;
-    const format = sendForm.elements.format.value;
-    let body = text;
+    const fields = sendForm.elements;
+    sendResult.textContent = "";  // an earlier send's result is not this one's
     showProblem(sendForm, null);
-    if (format === "json") {
-      try {
-        body = JSON.parse(text);
-      } catch (error) {
-        showProblem(sendForm, new Problem(422, { errors: [{ field: "body", message: `is not valid JSON (${error.message})` }] }));
-        return;
+    const request = {};
+    try {
+      request.body = fields.body.value;
+      if (fields.format.value === "json") {
+        try {
+          request.body = JSON.parse(fields.body.value);
+        } catch (error) {
+          throw new Problem(422, { errors: [{ field: "body", message: `is not valid JSON (${error.message})` }] });
+        }
       }
+      if (fields.delay_seconds.value.trim()) request.delay_seconds = numberOf(fields.delay_seconds.value);
+      if (fields.dedupe_key.value !== "") request.dedupe_key = fields.dedupe_key.value;
+      const headers = parseHeaders(fields.headers.value);
+      if (Object.keys(headers).length) request.headers = headers;
+    } catch (problem) {
+      showProblem(sendForm, problem);
+      return;
     }
     busy(sendForm, true);
     try {
-      const sent = await api("POST", base, { body });
-      sendResult.textContent = `Sent: sequence ${sent.sequence}${sent.duplicate ? " (a duplicate)" : ""}.`;
+      const sent = await api("POST", base, request);
+      sendResult.textContent = sent.duplicate ? `Not added: a duplicate of sequence ${sent.sequence} (its dedupe key was sent already).`
+        : sent.delayed_until ? `Sent: sequence ${sent.sequence}, delayed until ${when(sent.delayed_until)}.`
+          : `Sent: sequence ${sent.sequence}.`;
     } catch (problem) {
       showProblem(sendForm, problem, (text) => { sendResult.textContent = text; });
     } finally {
@@ -192,12 +265,11 @@ function messagesTab(section) {
   receiveForm.addEventListener("submit", async (event) => {
     event.preventDefault();
     showProblem(receiveForm, null);
-    const number = (value) => (value.trim() !== "" && !isNaN(Number(value)) ? Number(value) : value);
     busy(receiveForm, true);
     receiveResult.textContent = "Waiting for messages…";
     try {
       const { messages } = await api("POST", `${base}/receive`, {
-        max: number(receiveForm.elements.max.value), wait: number(receiveForm.elements.wait.value),
+        max: numberOf(receiveForm.elements.max.value), wait: numberOf(receiveForm.elements.wait.value),
       });
       receiveResult.textContent = messages.length ? `Received ${messages.length}.` : "Nothing to receive.";
       for (const message of messages) received.prepend(receivedItem(message));
@@ -209,20 +281,41 @@ function messagesTab(section) {
     }
   });
 
+  // cards that are done with (deleted, handed back, or visible again) can be cleared away
+  function handled() { return [...received.children].filter((item) => item.dataset.settled || item.classList.contains("expired")); }
+  function offerClear() { clearHandled.hidden = handled().length === 0; }
+  clearHandled.addEventListener("click", () => {
+    for (const item of handled()) item.remove();
+    offerClear();
+    receiveForm.querySelector("button").focus();
+  });
+
+  // What a hand-back does: on its last allowed receive the message does not come back here, it
+  // goes to the dead-letter queue (or is discarded without one).
+  function handBackText(message) {
+    if (!(maxReceives > 0 && message.receive_count >= maxReceives)) return "Handed back: visible again now.";
+    const tries = `its last allowed receive (${message.receive_count} of ${maxReceives})`;
+    return deadLetterQueue ? `Handed back on ${tries}: it goes to the dead-letter queue ${deadLetterQueue}, not back to this queue.`
+      : `Handed back on ${tries}: it is discarded (this queue has no dead-letter queue).`;
+  }
+
   function receivedItem(message) {
     const until = new Date(message.visible_again_at).getTime();
     const countdown = el("span", { class: "countdown", "data-countdown": true });
     const outcome = el("span", { class: "muted", role: "status", "aria-live": "polite", "data-outcome": true });
     const buttons = [
       el("button", { type: "button", class: "primary", "data-delete": true, onclick: () => settle("DELETE", "", "Deleted.") }, "Delete"),
-      el("button", { type: "button", "data-nack": true, onclick: () => settle("POST", "/nack", "Handed back: visible again now.") }, "Hand back"),
+      el("button", { type: "button", "data-nack": true, onclick: () => settle("POST", "/nack", handBackText(message)) }, "Hand back"),
     ];
+    const headers = Object.entries(message.headers || {});
     const item = el("li", { "data-sequence": message.sequence, "data-receive-count": message.receive_count },
       el("div", { class: "meta" },
         el("span", {}, "Sequence ", el("strong", {}, message.sequence)),
         el("span", {}, "Receive count ", el("strong", { "data-count": true }, message.receive_count)),
         el("span", {}, "Sent ", when(message.sent_at)),
         el("span", {}, countdown)),
+      headers.length ? el("dl", { class: "headers", "data-headers": true },
+        headers.flatMap(([key, value]) => [el("dt", {}, key), el("dd", {}, value)])) : null,
       el("pre", { "data-body": true }, bodyText(message)),
       el("div", { class: "actions" }, buttons, outcome));
     let done = false;
@@ -236,6 +329,7 @@ function messagesTab(section) {
         item.classList.add("expired");
         done = true;
         clearInterval(timer);
+        offerClear();
       }
     };
     const timer = setInterval(tick, 250);
@@ -249,6 +343,7 @@ function messagesTab(section) {
         countdown.textContent = "";
         outcome.textContent = text;
         item.dataset.settled = method === "DELETE" ? "deleted" : "handed-back";
+        offerClear();
       } catch (problem) {
         outcome.textContent = problem.message;
         for (const button of buttons) button.disabled = false;
@@ -272,25 +367,35 @@ function messagesTab(section) {
 // -- Dead letters tab ---------------------------------------------------------------------------
 
 function deadLettersTab(section) {
-  const base = section.dataset.deadLetters;
+  const base = section.dataset.deadLetters;  // the queue the letters are on (a source queue's: its DLQ)
+  const source = section.dataset.source || "";  // on a source queue: only its own letters there
   const table = section.querySelector("[data-letters]");
   const empty = section.querySelector("[data-letters-empty]");
+  const counts = section.querySelector("[data-letter-counts]");
+  const notice = section.querySelector("[data-dl-notice]");
   const problemBox = section.querySelector("[data-dl-problem]");
   const form = section.querySelector('[data-action="redrive"]');
   const progress = section.querySelector("[data-redrive-progress]");
   const bar = progress.querySelector("progress");
   const progressText = section.querySelector("[data-redrive-text]");
+  const where = base.split("/").pop();
 
   function say(text) {
     problemBox.textContent = text || "";
     problemBox.hidden = !text;
+  }
+  function tell(text) {  // what the last action did: it stays until the next one
+    notice.textContent = text || "";
+    notice.hidden = !text;
   }
 
   const rows = new Map();  // sequence -> its row, kept across refreshes (a pressed Discard stays armed)
 
   async function load() {
     try {
-      const { dead_letters: letters } = await api("GET", `${base}/dead-letters?limit=100`);
+      const query = `limit=100${source ? `&source=${encodeURIComponent(source)}` : ""}`;
+      const [{ dead_letters: letters }, tally] = await Promise.all([
+        api("GET", `${base}/dead-letters?${query}`), api("GET", section.dataset.counts)]);
       const shown = letters.map((letter) => rows.get(letter.sequence) || row(letter));
       rows.clear();
       shown.forEach((tr, i) => rows.set(letters[i].sequence, tr));
@@ -298,27 +403,49 @@ function deadLettersTab(section) {
       if (shown.length !== body.rows.length || shown.some((tr, i) => body.rows[i] !== tr)) body.replaceChildren(...shown);
       table.hidden = letters.length === 0;
       empty.hidden = letters.length !== 0;
+      counts.textContent = countsText(tally);
+      counts.hidden = !counts.textContent;
+      say("");
     } catch (problem) {
       say(problem.message);
     }
   }
 
+  function countsText(tally) {
+    const bySource = tally.by_source;
+    if (source) {
+      if (!bySource) return `${where} holds ${tally.total} messages (too many to count them by source).`;
+      const mine = bySource[source] || 0;
+      if (!mine) return "";  // "No dead letters of …" says it
+      return `${mine} dead ${mine === 1 ? "letter" : "letters"} of ${source} on ${where}` +
+        (tally.total > mine ? ` (which holds ${tally.total} in all)` : "") + ".";
+    }
+    if (!bySource) return `${tally.total} messages (too many to count them by source).`;
+    if (!tally.total) return "";
+    const parts = Object.entries(bySource).map(([queue, n]) => `${n} from ${queue}`);
+    const other = tally.total - Object.values(bySource).reduce((a, b) => a + b, 0);
+    if (parts.length && other > 0) parts.push(`${other} sent here directly`);
+    return `${tally.total} ${tally.total === 1 ? "message" : "messages"}${parts.length ? `: ${parts.join(", ")}` : ""}.`;
+  }
+
   function row(letter) {
     const from = letter.source_queue ? `${letter.source_queue}${letter.source_sequence ? ` #${letter.source_sequence}` : ""}` : "–";
     const status = el("span", { class: "muted", role: "status", "aria-live": "polite" });
-    const retry = el("button", { type: "button", "data-retry": true, onclick: () => act("POST", "/retry", "Sent back.") }, "Retry");
+    const retry = el("button", { type: "button", "data-retry": true, onclick: () => act("POST", "/retry") }, "Retry");
     const discard = el("button", { type: "button", "data-discard": true, onclick: () => confirmDiscard() }, "Discard");
     function confirmDiscard() {
-      if (discard.dataset.armed) return act("DELETE", "", "Discarded.");
+      if (discard.dataset.armed) return act("DELETE", "");
       discard.dataset.armed = "1";
       discard.textContent = "Confirm discard";
       discard.classList.add("danger");
     }
-    async function act(method, suffix, text) {
+    async function act(method, suffix) {
       retry.disabled = discard.disabled = true;
       try {
-        await api(method, `${base}/dead-letters/${letter.sequence}${suffix}`);
-        status.textContent = text;
+        const done = await api(method, `${base}/dead-letters/${letter.sequence}${suffix}`);
+        status.textContent = method === "DELETE" ? "Discarded." : "Sent back.";
+        tell(method === "DELETE" ? `Dead letter ${letter.sequence} discarded.`
+          : `Dead letter ${letter.sequence} is back on ${done.queue} as message ${done.sequence}; its tries start again.`);
         tr.dataset.done = "1";
         rows.delete(letter.sequence);
         setTimeout(load, 800);
@@ -339,12 +466,14 @@ function deadLettersTab(section) {
     event.preventDefault();
     showProblem(form, null);
     say("");
+    tell("");
     const request = {};
     const filter = form.elements.filter_error.value.trim();
     if (filter) request.filter_error = filter;
     if (form.elements.to.value) request.to = form.elements.to.value;
+    if (source) request.source = source;
     const max = form.elements.max.value.trim();
-    if (max) request.max = isNaN(Number(max)) ? max : Number(max);
+    if (max) request.max = numberOf(max);
     busy(form, true);
     try {
       let task = await api("POST", `${base}/redrives`, request);
@@ -403,82 +532,89 @@ function credentialsTab(section) {
   }
 }
 
-// -- Metrics tab: depth over time as an SVG chart -------------------------------------------------
+// -- Metrics tab: depth and rates over time, drawn by uPlot (static/VENDORED.md) -----------------------
 
-const SERIES = ["waiting", "in_flight", "delayed", "dead"];
-const SVG = "http://www.w3.org/2000/svg";
+const DEPTH_SERIES = [["waiting", "Waiting", "#2f5bea"], ["in_flight", "In flight", "#e07b00"],
+  ["delayed", "Delayed", "#7b5ad6"], ["dead", "Dead letters", "#c62f3b"]];
+const RATE_SERIES = [["sent", "Sent", "#1c7c4d"], ["received", "Received", "#2f5bea"], ["removed", "Deleted", "#c62f3b"]];
+// whole messages: a count axis never has a tick at 2.5 messages
+const COUNT_STEPS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1e3, 2e3, 2.5e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5,
+  1e6, 2e6, 5e6, 1e7, 2e7, 5e7, 1e8];
 
-function svg(tag, attrs = {}, text) {
-  const node = document.createElementNS(SVG, tag);
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
-  if (text !== undefined) node.textContent = text;
-  return node;
+// Per second between two samples of a count since creation (null where it cannot be said: the
+// first sample, a sample from before the counts were kept, a count that restarted).
+function perSecond(points, key) {
+  return points.map((p, i) => {
+    const before = points[i - 1];
+    if (!before || p[key] === null || p[key] === undefined || before[key] === null || before[key] === undefined) return null;
+    const seconds = (new Date(p.t) - new Date(before.t)) / 1000;
+    return seconds > 0 && p[key] >= before[key] ? (p[key] - before[key]) / seconds : null;
+  });
 }
 
-function niceCeiling(value) {
-  if (value <= 4) return 4;
-  const step = 10 ** Math.floor(Math.log10(value));
-  for (const m of [1, 2, 5, 10]) if (m * step >= value) return m * step;
-  return value;
-}
-
-function drawChart(box, points, hours, every) {
-  const width = 860, height = 280, left = 48, right = 12, top = 12, bottom = 28;
-  // the period asked for, or less when the samples cover less of it (a young queue)
-  const end = Date.now();
-  const first = points.length ? new Date(points[0].t).getTime() : end;
-  const shortest = Math.max(60, 20 * every) * 1000;
-  const start = Math.max(end - hours * 3600 * 1000, Math.min(first - every * 1000, end - shortest));
-  const max = niceCeiling(Math.max(0, ...points.flatMap((p) => SERIES.map((k) => p[k] || 0))));
-  const x = (t) => left + ((t - start) / (end - start)) * (width - left - right);
-  const y = (v) => top + (1 - v / max) * (height - top - bottom);
-  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, "data-points": points.length });
-  for (let i = 0; i <= 4; i++) {
-    const value = (max * i) / 4;
-    chart.append(svg("line", { class: "grid", x1: left, x2: width - right, y1: y(value), y2: y(value) }));
-    chart.append(svg("text", { x: left - 6, y: y(value) + 4, "text-anchor": "end" }, String(Math.round(value))));
-  }
-  chart.append(svg("line", { class: "axis", x1: left, x2: width - right, y1: y(0), y2: y(0) }));
-  for (let i = 0; i <= 4; i++) {
-    const t = start + ((end - start) * i) / 4;
-    const span = end - start;
-    const label = span > 48 * 3600 * 1000 ? new Date(t).toLocaleDateString()
-      : new Date(t).toLocaleTimeString([], span < 3600 * 1000 ? { hour: "2-digit", minute: "2-digit", second: "2-digit" }
-        : { hour: "2-digit", minute: "2-digit" });
-    chart.append(svg("text", { x: x(t), y: height - 8, "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle" }, label));
-  }
-  for (const key of SERIES) {
-    const shown = points.filter((p) => p[key] !== null && p[key] !== undefined);
-    const coords = shown.map((p) => [x(new Date(p.t).getTime()).toFixed(1), y(p[key]).toFixed(1)]);
-    if (!coords.length) continue;
-    chart.append(svg("polyline", { class: `series-${key}`, points: coords.map((c) => c.join(",")).join(" "), "data-series": key }));
-    if (coords.length <= 120) {  // dots where the samples are, so a few samples still show
-      for (const [cx, cy] of coords) chart.append(svg("circle", { class: `series-${key} dot`, cx, cy, r: 2.5 }));
-    }
-  }
-  box.replaceChildren(chart);
+function drawChart(box, series, xs, columns, range, counts) {
+  box.uplot?.destroy();
+  const ticks = [];
+  const options = {
+    width: Math.max(box.clientWidth, 240), height: 220,
+    scales: { x: { time: true, range: () => range }, y: { range: (u, min, max) => [0, Math.max(counts ? 4 : 1, max || 0)] } },
+    series: [{}, ...series.map(([, label, color]) => ({ label, stroke: color, width: 2, points: { show: xs.length <= 120 } }))],
+    axes: [{}, {
+      incrs: counts ? COUNT_STEPS : undefined, size: 56,
+      values: (u, splits) => {
+        ticks.splice(0, ticks.length, ...splits);
+        return splits.map((v) => (counts ? String(v) : v.toFixed(v < 10 ? 1 : 0)));
+      },
+    }],
+  };
+  // what is drawn, for the tests that read it (and anyone who cannot see the canvas), once it is
+  options.hooks = { draw: [(u) => {
+    box.dataset.points = String(xs.length);
+    box.dataset.xMin = String(u.scales.x.min);
+    box.dataset.xMax = String(u.scales.x.max);
+    box.dataset.yMax = String(u.scales.y.max);
+    box.dataset.yTicks = ticks.join(",");
+  }] };
+  const chart = new uPlot(options, [xs, ...columns], box);
+  box.uplot = chart;
+  return chart;
 }
 
 function metricsTab(section) {
-  const box = section.querySelector("[data-chart]");
   const note = section.querySelector("[data-chart-note]");
   const hoursSelect = section.querySelector("[data-hours]");
+  const boxes = { depth: section.querySelector('[data-chart="depth"]'), rates: section.querySelector('[data-chart="rates"]') };
   let timer = null;
+  let last = null;
+  function draw() {
+    if (!last) return;
+    const { points, hours } = last;
+    const end = Date.now() / 1000;
+    const range = [end - hours * 3600, end];  // the period asked for, whatever the samples cover
+    const xs = points.map((p) => new Date(p.t).getTime() / 1000);
+    drawChart(boxes.depth, DEPTH_SERIES, xs, DEPTH_SERIES.map(([key]) => points.map((p) => p[key])), range, true);
+    drawChart(boxes.rates, RATE_SERIES, xs, RATE_SERIES.map(([key]) => perSecond(points, key)), range, false);
+    for (const box of Object.values(boxes)) box.dataset.hours = String(hours);
+  }
   async function load() {
     const hours = Number(hoursSelect.value);
+    clearTimeout(timer);
     try {
       const { points, sample_seconds: every } = await api("GET", `${section.dataset.metrics}?hours=${hours}`);
-      drawChart(box, points, hours, every);
+      if (Number(hoursSelect.value) !== hours) return;  // the period changed meanwhile: its own load draws
+      last = { points, hours };
+      draw();
       note.textContent = points.length
-        ? `${points.length} ${points.length === 1 ? "sample" : "samples"}, one every ${every} s; the last at ${when(points[points.length - 1].t)}.`
+        ? `${points.length} ${points.length === 1 ? "sample" : "samples"}, one every ${every} s, in the last ${hoursSelect.selectedOptions[0].text}; the last at ${when(points[points.length - 1].t)}.`
         : `No samples yet: the first comes within ${every} s.`;
-      clearTimeout(timer);
       timer = setTimeout(load, Math.max(every, 2) * 1000);
     } catch (problem) {
       note.textContent = problem.message;
     }
   }
   hoursSelect.addEventListener("change", load);
+  let resizing = null;
+  window.addEventListener("resize", () => { clearTimeout(resizing); resizing = setTimeout(draw, 150); });
   load();
 }
 

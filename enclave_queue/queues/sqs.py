@@ -1,0 +1,244 @@
+"""A queue's messages as the SQS endpoint (sqs/) uses them: send with the message's SQS attributes
+in headers, receive with the headers and timestamps SQS reports, change visibility, delete, purge.
+
+Sends go through messages.py (``Messages.send``: the size check, dedupe keys, delays as message
+schedules). A receive pulls from the queue's consumer as the SDK does; its receipt handle seals the
+message's ack subject, its receive count and when its lease ends, under the master key for this
+queue. Changing the visibility is a ``-NAK`` with that delay (0: visible again at once); deleting is
+an ``+ACK``. Both need the lease to be the handle's own and not over: a handle whose lease has
+ended may belong to a message another worker now holds (JetStream acks by stream sequence, not by
+delivery), so such a delete deletes nothing, as SQS allows, and a visibility change is refused as
+not in flight. The leases the endpoint gave out (extended by visibility changes) are kept here, in
+memory: the control process is the one that answers the endpoint.
+
+Purge removes every message of the queue's stream, in flight and delayed ones too (as SQS's
+PurgeQueue), counted as ``cleared``; its dead letters on another queue stay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Optional
+
+import nats.errors
+
+from ..auth.secrets import MasterKey, SealError
+from ..broker.connection import BrokerConnection
+from ..envelope import ENQUEUED_AT, deadline_of, delay_subjects, nak_payload, parse_time
+from ..errors import BrokerUnavailable, Conflict, SpecError
+from ..names import CONSUMER, stream_name
+from ..retry import UNAVAILABLE, retry_unavailable
+from ..spec import subject_for
+from ..state.kv import Store
+from ..state.records import QueueRecord
+from .expiry import drop_expired
+from .lookup import not_ready
+from .messages import Messages
+
+RECEIPT_PURPOSE = "sqs-receipt"
+SETTLE_TIMEOUT = 5.0  #: seconds the broker may take to confirm an ack or a nak
+PULL_SECONDS = 2.0  #: seconds one pull waits at most (a restarted broker forgets a pending pull)
+#: seconds taken off a lease as the endpoint counts it: the broker's lease began when it delivered
+#: the message, a moment before the endpoint saw it, and must never end before the endpoint's does
+LEASE_MARGIN = 0.25
+MAX_LEASES = 200_000  #: leases remembered; past this, those that ended are forgotten
+
+
+class ReceiptInvalid(SpecError):
+    """A receipt handle that is not one this queue gave out."""
+
+
+class NotInFlight(Conflict):
+    """A receipt handle whose lease is over (or was replaced by a later receive)."""
+
+
+@dataclass
+class Lease:
+    receive_count: int
+    until: float  #: epoch seconds
+    first_received: Optional[float]  #: epoch seconds of the message's first receive, if known
+
+
+@dataclass(frozen=True)
+class Received:
+    """One message a receive took."""
+
+    sequence: int
+    receipt: str
+    data: bytes
+    headers: dict[str, str]
+    receive_count: int
+    sent_at: Optional[datetime]
+    first_received: Optional[float]
+
+
+class SqsMessages:
+    """Send, receive, change visibility, delete and purge for the SQS endpoint."""
+
+    def __init__(self, messages: Messages, conn: BrokerConnection, store: Store, master: MasterKey) -> None:
+        self.messages = messages
+        self.conn = conn
+        self.store = store
+        self.master = master
+        self._leases: dict[tuple[str, int], Lease] = {}
+
+    async def send(self, project: str, name: str, body: bytes, headers: dict[str, str],
+                   dedupe_key: Optional[str] = None, delay: float = 0) -> dict[str, Any]:
+        """Store one message (``Messages.send``): its ``sequence`` and whether it was a ``duplicate``."""
+        return await self.messages.send(project, name, body, "text/plain; charset=utf-8", dedupe_key, delay, headers)
+
+    # -- receive --------------------------------------------------------------------------------
+
+    async def receive(self, record: QueueRecord, count: int, wait: float,
+                      visibility: Optional[int] = None) -> list[Received]:
+        """Take up to ``count`` messages, waiting up to ``wait`` seconds for the first; each hidden
+        for ``visibility`` seconds (None: the queue's own lease)."""
+        msgs = await self._take(record, count, wait)
+        now = time.time()
+        taken = []
+        for msg in msgs:
+            headers = dict(msg.headers or {})
+            deadline = deadline_of(headers)
+            if deadline is not None and deadline <= datetime.now(UTC):  # past its start deadline
+                await drop_expired(self.conn, self.store, record, msg.metadata.sequence.stream, taken_ok=True)
+                with contextlib.suppress(nats.errors.Error):
+                    await msg.ack()
+                continue
+            count_now = msg.metadata.num_delivered
+            lease = self._queue_lease(record, count_now)
+            if visibility is not None and visibility != lease:
+                await self._settle(record, msg.reply, self._nak(record, visibility, count_now), "visibility change")
+                lease = visibility
+            taken.append(self._received(record, msg, headers, now, lease))
+        return taken
+
+    async def _take(self, record: QueueRecord, count: int, wait: float) -> list[Any]:
+        async with self.conn.account(record.id) as nc:
+            js = nc.jetstream(timeout=5)
+            try:
+                sub = await retry_unavailable(lambda: js.pull_subscribe_bind(CONSUMER, stream=stream_name(record.id)))
+            except UNAVAILABLE:
+                raise not_ready(record) from None
+            deadline = time.monotonic() + max(wait, 0.05)
+            try:
+                while True:
+                    left = deadline - time.monotonic()
+                    try:
+                        return await sub.fetch(count, timeout=max(min(left, PULL_SECONDS), 0.05))
+                    except (nats.errors.TimeoutError, TimeoutError):
+                        if deadline - time.monotonic() < 0.05:
+                            return []
+            except UNAVAILABLE:
+                raise not_ready(record) from None
+            finally:
+                with contextlib.suppress(nats.errors.Error):
+                    await sub.unsubscribe()
+
+    @staticmethod
+    def _queue_lease(record: QueueRecord, receive_count: int) -> int:
+        """Seconds the broker hides a message at this receive: the retry schedule's entry, or the
+        visibility timeout."""
+        if record.spec.retry_backoff_seconds:
+            return int(record.spec.retry_delay(receive_count))
+        return record.spec.visibility_timeout_seconds
+
+    @staticmethod
+    def _nak(record: QueueRecord, delay: float, receive_count: int) -> bytes:
+        return nak_payload(delay, receive_count, [float(s) for s in record.spec.retry_backoff_seconds or ()])
+
+    def _received(self, record: QueueRecord, msg: Any, headers: dict[str, str], now: float, lease: int) -> Received:
+        meta = msg.metadata
+        seq, count = meta.sequence.stream, meta.num_delivered
+        until = now + lease - LEASE_MARGIN
+        known = self._leases.get((record.id, seq))
+        first = now if count == 1 else (known.first_received if known else None)
+        self._remember(record.id, seq, Lease(count, until, first))
+        receipt = self.master.seal(json.dumps({"r": msg.reply, "s": seq, "n": count, "u": until}).encode(),
+                                   RECEIPT_PURPOSE, record.id)
+        sent = parse_time(headers.get(ENQUEUED_AT)) or meta.timestamp
+        return Received(seq, receipt, msg.data or b"", headers, count, sent, first)
+
+    def _remember(self, queue_id: str, seq: int, lease: Lease) -> None:
+        if len(self._leases) >= MAX_LEASES:
+            now = time.time()
+            self._leases = {k: v for k, v in self._leases.items() if v.until > now}
+            if len(self._leases) >= MAX_LEASES:  # all live: forget the oldest half
+                self._leases = dict(list(self._leases.items())[MAX_LEASES // 2:])
+        self._leases[(queue_id, seq)] = lease
+
+    # -- by receipt -----------------------------------------------------------------------------
+
+    def _open(self, record: QueueRecord, receipt: str) -> dict[str, Any]:
+        try:
+            sealed = json.loads(self.master.unseal(receipt, RECEIPT_PURPOSE, record.id))
+            if not isinstance(sealed, dict) or not {"r", "s", "n", "u"} <= sealed.keys():
+                raise ValueError("not a receipt")
+            return sealed
+        except (SealError, ValueError, UnicodeError):
+            raise ReceiptInvalid(f"The receipt handle is not one of queue '{record.spec.name}' in project "
+                                 f"'{record.spec.project}'.") from None
+
+    def _live_until(self, record: QueueRecord, sealed: dict[str, Any]) -> Optional[float]:
+        """When the handle's lease ends, or None if a later receive has replaced it."""
+        lease = self._leases.get((record.id, sealed["s"]))
+        if lease is None:
+            return float(sealed["u"])
+        return lease.until if lease.receive_count == sealed["n"] else None
+
+    async def change_visibility(self, record: QueueRecord, receipt: str, timeout: int) -> None:
+        """Hide the message for ``timeout`` seconds from now (0: visible again at once).
+        ReceiptInvalid, or NotInFlight once its lease is over."""
+        sealed = self._open(record, receipt)
+        until = self._live_until(record, sealed)
+        now = time.time()
+        if until is None or now > until:
+            raise NotInFlight(f"The message of this receipt handle is not in flight on queue '{record.spec.name}': "
+                              "its visibility timeout has ended (it may have been received again).")
+        await self._settle(record, sealed["r"], self._nak(record, timeout, sealed["n"]), "visibility change")
+        known = self._leases.get((record.id, sealed["s"]))
+        self._remember(record.id, sealed["s"], Lease(sealed["n"], now + timeout - LEASE_MARGIN,
+                                                     known.first_received if known else None))
+
+    async def delete(self, record: QueueRecord, receipt: str) -> bool:
+        """Delete the message of a receipt handle; whether it was (False: its lease was over, so it
+        may be another worker's now, and is left). ReceiptInvalid for a handle not of this queue."""
+        sealed = self._open(record, receipt)
+        until = self._live_until(record, sealed)
+        if until is None or time.time() > until:
+            return False
+        await self._settle(record, sealed["r"], b"+ACK", "delete")
+        self._leases.pop((record.id, sealed["s"]), None)
+        return True
+
+    async def _settle(self, record: QueueRecord, reply: str, payload: bytes, verb: str) -> None:
+        try:
+            async with self.conn.account(record.id) as nc:
+                await retry_unavailable(lambda: nc.request(reply, payload, timeout=SETTLE_TIMEOUT))
+        except (nats.errors.TimeoutError, *UNAVAILABLE) as exc:
+            raise BrokerUnavailable(f"The broker did not confirm the {verb} on queue '{record.spec.name}'.") from exc
+
+    # -- purge ----------------------------------------------------------------------------------
+
+    async def purge(self, record: QueueRecord) -> int:
+        """Remove every message of the queue (waiting, in flight, delayed); how many went."""
+        delayed = await self._purge(record, {"filter": delay_subjects(subject_for(record.spec.project,
+                                                                                  record.spec.name))})
+        rest = await self._purge(record, {})
+        if delayed + rest:
+            await self.store.count(record.key, "cleared", delayed + rest)
+        if delayed:
+            await self.store.count(record.key, "scheduled", -delayed)
+        self._leases = {k: v for k, v in self._leases.items() if k[0] != record.id}
+        return delayed + rest
+
+    async def _purge(self, record: QueueRecord, request: dict[str, Any]) -> int:
+        answer = await self.conn.queue_request(record.id, f"STREAM.PURGE.{stream_name(record.id)}",
+                                               json.dumps(request).encode())
+        if "error" in answer:
+            raise BrokerUnavailable(f"The broker refused to purge queue '{record.spec.name}': "
+                                    f"{answer['error'].get('description')}.")
+        return int(answer.get("purged", 0))

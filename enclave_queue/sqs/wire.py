@@ -1,0 +1,161 @@
+"""SQS's two wire protocols, read into one shape and written back from it.
+
+- AWS JSON 1.0: ``POST`` with ``X-Amz-Target: AmazonSQS.<Action>`` and a JSON body in the members'
+  own names; answers ``application/x-amz-json-1.0``; errors ``{"__type", "message"}`` with the
+  query protocol's code in ``x-amzn-query-error`` (errors.py). What current SDKs send.
+- Query: ``Action=<Action>`` form-encoded in a ``POST`` body (or a ``GET`` query), lists and maps
+  flattened (``Attribute.1.Name``, ``SendMessageBatchRequestEntry.2.MessageAttribute.1.Value.DataType``);
+  answers ``text/xml`` (``<ActionResponse><ActionResult>…``). What older SDKs and tools send.
+
+Requests of either protocol become the JSON protocol's members (``query_params``), and actions.py
+answers in them; ``render_query`` writes them as the query protocol's XML.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qsl
+from xml.sax.saxutils import escape
+
+from .errors import SqsError
+
+JSON_TYPE = "application/x-amz-json-1.0"
+XML_TYPE = "text/xml"
+XMLNS = "http://queue.amazonaws.com/doc/2012-11-05/"
+TARGET_PREFIX = "AmazonSQS."
+
+#: the query protocol's flattened lists: name in the form -> the JSON member
+LISTS = {
+    "SendMessageBatchRequestEntry": "Entries",
+    "DeleteMessageBatchRequestEntry": "Entries",
+    "ChangeMessageVisibilityBatchRequestEntry": "Entries",
+    "AttributeName": "AttributeNames",
+    "MessageAttributeName": "MessageAttributeNames",
+    "MessageSystemAttributeName": "MessageSystemAttributeNames",
+    "TagKey": "TagKeys",
+}
+#: flattened maps: name in the form -> (the JSON member, the key's name, the value's name)
+MAPS = {
+    "Attribute": ("Attributes", "Name", "Value"),
+    "Tag": ("Tags", "Key", "Value"),
+    "MessageAttribute": ("MessageAttributes", "Name", "Value"),
+    "MessageSystemAttribute": ("MessageSystemAttributes", "Name", "Value"),
+}
+#: in answers: a list member -> the element each item is written as (flattened)
+RESULT_LISTS = {"QueueUrls": "QueueUrl", "queueUrls": "QueueUrl", "Messages": "Message",
+                "Failed": "BatchResultErrorEntry", "Results": "ListMessageMoveTasksResultEntry"}
+#: in answers: a map member -> (element, key element, value element)
+RESULT_MAPS = {"Attributes": ("Attribute", "Name", "Value"), "Tags": ("Tag", "Key", "Value"),
+               "MessageAttributes": ("MessageAttribute", "Name", "Value")}
+
+
+def json_params(body: bytes) -> dict[str, Any]:
+    """A JSON protocol request's members; InvalidParameterValue (SerializationException) for a body
+    that is not a JSON object."""
+    if not body.strip():
+        return {}
+    try:
+        params = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        params = None
+    if not isinstance(params, dict):
+        raise SqsError("SerializationException", "The request body is not a JSON object.")
+    return params
+
+
+def _tree(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    for key, value in pairs:
+        node = root
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[parts[-1]] = value
+    return root
+
+
+def _indexed(node: Any) -> list[Any]:
+    if not isinstance(node, dict):
+        return [node]
+    items = [(int(k), v) for k, v in node.items() if k.isdigit()]
+    return [v for _, v in sorted(items)]
+
+
+def _convert(node: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in MAPS:
+            member, key_name, value_name = MAPS[key]
+            entries = out.setdefault(member, {})
+            for item in _indexed(value):
+                if isinstance(item, dict) and key_name in item:
+                    inner = item.get(value_name)
+                    entries[item[key_name]] = _convert(inner) if isinstance(inner, dict) else inner
+        elif key in LISTS:
+            out[LISTS[key]] = [_convert(item) if isinstance(item, dict) else item for item in _indexed(value)]
+        elif isinstance(value, dict):
+            out[key] = _convert(value)
+        else:
+            out[key] = value
+    return out
+
+
+def query_params(form: str) -> tuple[str, dict[str, Any]]:
+    """A query protocol request's action and its members in the JSON protocol's shape."""
+    pairs = parse_qsl(form, keep_blank_values=True)
+    action = next((v for k, v in pairs if k == "Action"), "")
+    kept = [(k, v) for k, v in pairs if k not in ("Action", "Version") and not k.startswith("X-Amz-")]
+    params = _convert(_tree(kept))
+    if "Tags" in params and action == "CreateQueue":
+        params["tags"] = params.pop("Tags")
+    return action, params
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return escape(str(value))
+
+
+def _element(name: str, value: Any, item_names: dict[str, str]) -> str:
+    if value is None:
+        return ""
+    if name in RESULT_MAPS and isinstance(value, dict):
+        element, key_name, value_name = RESULT_MAPS[name]
+        return "".join(f"<{element}><{key_name}>{escape(str(k))}</{key_name}>"
+                       f"{_element(value_name, v, item_names)}</{element}>" for k, v in value.items())
+    if isinstance(value, list):
+        element = item_names.get(name) or RESULT_LISTS.get(name, name)
+        return "".join(_element(element, item, item_names) for item in value)
+    if isinstance(value, dict):
+        inner = "".join(_element(k, v, item_names) for k, v in value.items())
+        return f"<{name}>{inner}</{name}>"
+    return f"<{name}>{_scalar(value)}</{name}>"
+
+
+def render_query(action: str, result: dict[str, Any], request_id: str) -> bytes:
+    """The query protocol's answer to ``action``: its result members as XML."""
+    items = {"Successful": f"{action}ResultEntry"}
+    inner = "".join(_element(k, v, items) for k, v in result.items())
+    body = f"<{action}Result>{inner}</{action}Result>" if result else ""
+    return (f'<?xml version="1.0"?><{action}Response xmlns="{XMLNS}">{body}'
+            f"<ResponseMetadata><RequestId>{request_id}</RequestId></ResponseMetadata></{action}Response>").encode()
+
+
+def render_query_error(error: SqsError, request_id: str) -> bytes:
+    return (f'<?xml version="1.0"?><ErrorResponse xmlns="{XMLNS}"><Error><Type>{error.fault}</Type>'
+            f"<Code>{escape(error.code)}</Code><Message>{escape(error.message)}</Message><Detail/></Error>"
+            f"<RequestId>{request_id}</RequestId></ErrorResponse>").encode()
+
+
+def render_json_error(error: SqsError) -> bytes:
+    return json.dumps({"__type": error.json_type, "message": error.message}).encode()
+
+
+def query_error_header(error: SqsError) -> str:
+    """``x-amzn-query-error``: how a JSON client learns the query protocol's code."""
+    return f"{error.code};{error.fault}"

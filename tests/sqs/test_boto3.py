@@ -1,0 +1,341 @@
+"""boto3 (AWS JSON 1.0, Signature Version 4) against the SQS endpoint of a real stack: queues with
+attributes, messages with attributes (their MD5s checked against moto's SQS model), long polls, visibility,
+batches that fail entry by entry, a redrive policy whose message dies into the DLQ and a move task
+that brings it back, purge, tags, listing, and the refusals with the codes SDKs expect."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from typing import Any
+from urllib.parse import quote, urlencode
+from xml.etree import ElementTree
+
+import botocore.exceptions
+import httpx
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from moto.sqs.models import Message as MotoMessage
+
+from .conftest import REGION, until
+
+
+def error_of(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The ``Error`` of the ClientError the call raises (and its HTTP status)."""
+    with pytest.raises(botocore.exceptions.ClientError) as caught:
+        call(*args, **kwargs)
+    response = caught.value.response
+    return {**response["Error"], "status": response["ResponseMetadata"]["HTTPStatusCode"]}
+
+
+def md5_of(attributes: dict[str, Any]) -> str:
+    """MD5OfMessageAttributes as moto's SQS model computes it."""
+    reference = MotoMessage("id", "body")
+    reference.message_attributes = attributes
+    return reference.attribute_md5
+
+
+def new_queue(sqs: Any, name: str, **attributes: str) -> str:
+    return sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+
+
+def test_a_queue_with_attributes_and_a_message_with_attributes(sqs, stack, unique_name):
+    url = sqs.create_queue(QueueName=unique_name, Attributes={
+        "VisibilityTimeout": "7", "MessageRetentionPeriod": "7200", "MaximumMessageSize": "2048",
+        "ReceiveMessageWaitTimeSeconds": "1", "DelaySeconds": "0"})["QueueUrl"]
+    assert url == f"{stack.api_url}/sqs/default/{unique_name}"
+    assert sqs.get_queue_url(QueueName=unique_name)["QueueUrl"] == url
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert {k: got[k] for k in ("VisibilityTimeout", "MessageRetentionPeriod", "MaximumMessageSize",
+                                "ReceiveMessageWaitTimeSeconds", "DelaySeconds", "ApproximateNumberOfMessages")} == {
+        "VisibilityTimeout": "7", "MessageRetentionPeriod": "7200", "MaximumMessageSize": "2048",
+        "ReceiveMessageWaitTimeSeconds": "1", "DelaySeconds": "0", "ApproximateNumberOfMessages": "0"}
+    assert got["QueueArn"] == f"arn:aws:sqs:{REGION}:default:{unique_name}"
+    assert abs(int(got["CreatedTimestamp"]) - time.time()) < 600
+
+    attributes = {"kind": {"DataType": "String", "StringValue": "greeting ✓"},
+                  "n": {"DataType": "Number.int", "StringValue": "42"},
+                  "blob": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xff"}}
+    sent = sqs.send_message(QueueUrl=url, MessageBody="héllo", MessageAttributes=attributes)
+    assert sent["MD5OfMessageBody"] == hashlib.md5("héllo".encode()).hexdigest()
+    assert sent["MD5OfMessageAttributes"] == md5_of(attributes)
+
+    received = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, MessageAttributeNames=["All"],
+                                   MessageSystemAttributeNames=["All"])["Messages"]
+    assert len(received) == 1
+    message = received[0]
+    assert (message["Body"], message["MessageId"]) == ("héllo", sent["MessageId"])
+    assert message["MessageAttributes"] == attributes
+    assert (message["MD5OfBody"], message["MD5OfMessageAttributes"]) == (sent["MD5OfMessageBody"], md5_of(attributes))
+    assert message["Attributes"]["ApproximateReceiveCount"] == "1"
+    assert abs(int(message["Attributes"]["SentTimestamp"]) / 1000 - time.time()) < 600
+    assert "ApproximateFirstReceiveTimestamp" in message["Attributes"]
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+    again = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, MessageAttributeNames=["kind"],
+                                AttributeNames=["ApproximateReceiveCount"])["Messages"][0]
+    assert again["MessageAttributes"] == {"kind": attributes["kind"]}
+    assert again["MD5OfMessageAttributes"] == md5_of({"kind": attributes["kind"]})  # of what is returned
+    assert again["Attributes"] == {"ApproximateReceiveCount": "2"}
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+    assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) == []
+
+    sqs.delete_queue(QueueUrl=url)
+    assert error_of(sqs.get_queue_url, QueueName=unique_name)["Code"] == "AWS.SimpleQueueService.NonExistentQueue"
+
+
+def test_a_long_poll_returns_a_message_sent_while_it_waits(sqs, unique_name):
+    url = new_queue(sqs, unique_name)
+    found: list[Any] = []
+    waiting = threading.Thread(target=lambda: found.append(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=8)))
+    waiting.start()
+    time.sleep(0.5)
+    sqs.send_message(QueueUrl=url, MessageBody="late")
+    waiting.join(15)
+    assert [m["Body"] for m in found[0]["Messages"]] == ["late"]
+
+
+def test_the_queue_s_receive_wait_is_a_long_poll_too(sqs, unique_name):
+    url = new_queue(sqs, unique_name, ReceiveMessageWaitTimeSeconds="8")
+    found: list[Any] = []
+    waiting = threading.Thread(target=lambda: found.append(sqs.receive_message(QueueUrl=url)))  # no WaitTimeSeconds
+    waiting.start()
+    time.sleep(0.5)
+    sqs.send_message(QueueUrl=url, MessageBody="late")
+    waiting.join(15)
+    assert [m["Body"] for m in found[0]["Messages"]] == ["late"]
+
+
+def test_a_deduplication_id_stores_a_message_once(sqs, unique_name):
+    url = new_queue(sqs, unique_name)
+    for body in ("first", "second"):
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageDeduplicationId="order-42")
+    sqs.send_message(QueueUrl=url, MessageBody="other", MessageDeduplicationId="order-43")
+    bodies = [m["Body"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)["Messages"]]
+    assert sorted(bodies) == ["first", "other"]
+    refused = error_of(sqs.send_message, QueueUrl=url, MessageBody="x", MessageDeduplicationId="has space")
+    assert refused["Code"] == "InvalidParameterValue" and "MessageDeduplicationId" in refused["Message"]
+
+
+def test_the_query_protocol_over_get_signed_by_botocore(access_key, endpoint, unique_name, sqs):
+    url = new_queue(sqs, unique_name)
+    query = urlencode({"Action": "ListQueues", "Version": "2012-11-05", "QueueNamePrefix": unique_name},
+                      quote_via=quote)
+    request = AWSRequest(method="GET", url=f"{endpoint}?{query}")
+    SigV4Auth(Credentials(access_key["access_key_id"], access_key["secret_access_key"]), "sqs", REGION).add_auth(request)
+    answer = httpx.get(request.url, headers=dict(request.headers), timeout=10)
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/xml")
+    ns = {"s": "http://queue.amazonaws.com/doc/2012-11-05/"}
+    assert ElementTree.fromstring(answer.text).findtext("s:ListQueuesResult/s:QueueUrl", namespaces=ns) == url
+    unsigned = httpx.get(f"{endpoint}?{query}", timeout=10)
+    assert unsigned.status_code == 403
+    assert ElementTree.fromstring(unsigned.text).findtext("s:Error/s:Code", namespaces=ns) == "MissingAuthenticationToken"
+
+
+def test_visibility_timeout_redelivers_and_a_stale_handle_changes_nothing(sqs, unique_name):
+    url = new_queue(sqs, unique_name, VisibilityTimeout="1")
+    sqs.send_message(QueueUrl=url, MessageBody="work")
+    first = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, AttributeNames=["ApproximateReceiveCount"])["Messages"][0]
+    second = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])["Messages"][0]
+    assert (second["Body"], second["Attributes"]["ApproximateReceiveCount"]) == ("work", "2")
+    refused = error_of(sqs.change_message_visibility, QueueUrl=url, ReceiptHandle=first["ReceiptHandle"],
+                       VisibilityTimeout=30)
+    assert refused["Code"] == "AWS.SimpleQueueService.MessageNotInflight"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])  # succeeds, deletes nothing (as SQS)
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"], VisibilityTimeout=0)
+    third = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, AttributeNames=["ApproximateReceiveCount"])["Messages"][0]
+    assert third["Attributes"]["ApproximateReceiveCount"] == "3"
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=third["ReceiptHandle"], VisibilityTimeout=20)
+    time.sleep(1.5)  # past the queue's own 1 s: the longer lease holds it
+    assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) == []
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=third["ReceiptHandle"])
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages",
+                                                                          "ApproximateNumberOfMessagesNotVisible"])
+    assert attributes["Attributes"] == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
+
+
+def test_a_receive_s_visibility_timeout_and_a_delayed_message(sqs, unique_name):
+    url = new_queue(sqs, unique_name, VisibilityTimeout="30", DelaySeconds="1")
+    sqs.send_message(QueueUrl=url, MessageBody="delayed by the queue")
+    delayed = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesDelayed"])
+    assert delayed["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "1"
+    taken = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, VisibilityTimeout=1)["Messages"]
+    assert [m["Body"] for m in taken] == ["delayed by the queue"]
+    back = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])["Messages"]
+    assert back[0]["Attributes"]["ApproximateReceiveCount"] == "2"  # its own 1 s, not the queue's 30 s
+
+
+def test_batches_fail_entry_by_entry(sqs, unique_name):
+    url = new_queue(sqs, unique_name, MaximumMessageSize="1024")
+    answer = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "ok-1", "MessageBody": "one"},
+        {"Id": "ok-2", "MessageBody": "two", "MessageAttributes": {"a": {"DataType": "String", "StringValue": "b"}}},
+        {"Id": "too-big", "MessageBody": "x" * 1025},
+        {"Id": "not-a-number", "MessageBody": "n", "MessageAttributes": {"n": {"DataType": "Number", "StringValue": "x"}}},
+        {"Id": "bad-char", "MessageBody": "bell \x07"},
+        {"Id": "fifo", "MessageBody": "g", "MessageGroupId": "g1"},
+    ])
+    assert sorted(e["Id"] for e in answer["Successful"]) == ["ok-1", "ok-2"]
+    assert {e["Id"]: (e["Code"], e["SenderFault"]) for e in answer["Failed"]} == {
+        "too-big": ("InvalidParameterValue", True), "not-a-number": ("InvalidParameterValue", True),
+        "bad-char": ("InvalidMessageContents", True), "fifo": ("InvalidParameterValue", True)}
+    messages = []
+    for _ in range(5):
+        messages += sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+        if len(messages) == 2:
+            break
+    assert sorted(m["Body"] for m in messages) == ["one", "two"]
+    changed = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": "c1", "ReceiptHandle": messages[0]["ReceiptHandle"], "VisibilityTimeout": 60},
+        {"Id": "c2", "ReceiptHandle": "forged", "VisibilityTimeout": 60}])
+    assert [e["Id"] for e in changed["Successful"]] == ["c1"]
+    assert [(e["Id"], e["Code"]) for e in changed["Failed"]] == [("c2", "ReceiptHandleIsInvalid")]
+    deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": f"d{i}", "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)] + [
+        {"Id": "forged", "ReceiptHandle": "bm90LWEtcmVjZWlwdA"}])
+    assert sorted(e["Id"] for e in deleted["Successful"]) == ["d0", "d1"]
+    assert [(e["Id"], e["Code"]) for e in deleted["Failed"]] == [("forged", "ReceiptHandleIsInvalid")]
+
+    for entries, code in (([], "AWS.SimpleQueueService.EmptyBatchRequest"),
+                          ([{"Id": f"e{i}", "MessageBody": "m"} for i in range(11)],
+                           "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"),
+                          ([{"Id": "same", "MessageBody": "m"}] * 2, "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"),
+                          ([{"Id": "no spaces", "MessageBody": "m"}], "AWS.SimpleQueueService.InvalidBatchEntryId")):
+        assert error_of(sqs.send_message_batch, QueueUrl=url, Entries=entries)["Code"] == code
+
+
+def test_a_redrive_policy_dead_letters_and_a_move_task_brings_it_back(sqs, unique_name):
+    dlq = new_queue(sqs, f"{unique_name}-dlq")
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2}
+    url = new_queue(sqs, unique_name, VisibilityTimeout="1", RedrivePolicy=json.dumps(policy))
+    read = json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"])
+    assert read == policy
+    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [url]
+
+    sqs.send_message(QueueUrl=url, MessageBody="poison")
+    for attempt in ("1", "2"):
+        taken = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])
+        assert taken["Messages"][0]["Attributes"]["ApproximateReceiveCount"] == attempt  # never deleted
+
+    def dead() -> list[str]:
+        return [m["Body"] for m in sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1, VisibilityTimeout=0)
+                .get("Messages", [])]
+
+    assert until(dead, timeout=20) == ["poison"]
+    assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) == []
+
+    handle = sqs.start_message_move_task(SourceArn=dlq_arn)["TaskHandle"]
+    assert handle
+
+    def finished() -> Any:
+        task = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]
+        return task if task["Status"] == "COMPLETED" else None
+
+    task = until(finished, timeout=20)
+    assert (task["ApproximateNumberOfMessagesMoved"], task["SourceArn"]) == (1, dlq_arn)
+    back = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, AttributeNames=["ApproximateReceiveCount"])["Messages"]
+    assert [(m["Body"], m["Attributes"]["ApproximateReceiveCount"]) for m in back] == [("poison", "1")]
+    refused = error_of(sqs.cancel_message_move_task, TaskHandle=handle)
+    assert refused["Code"] == "AWS.SimpleQueueService.UnsupportedOperation"  # it has finished
+
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": ""})
+    assert "RedrivePolicy" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+
+
+def test_purge_removes_waiting_in_flight_and_delayed_messages(sqs, unique_name):
+    url = new_queue(sqs, unique_name)
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(5)])
+    sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=600)
+    assert len(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"]) == 1
+    sqs.purge_queue(QueueUrl=url)
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert [counts[f"ApproximateNumberOfMessages{k}"] for k in ("", "NotVisible", "Delayed")] == ["0", "0", "0"]
+    sqs.send_message(QueueUrl=url, MessageBody="after")
+    assert [m["Body"] for m in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"]] == ["after"]
+
+
+def test_tags_listing_and_a_repeated_create(sqs, stack, unique_name):
+    urls = [sqs.create_queue(QueueName=f"{unique_name}-{i}", tags={"team": "q", "n": str(i)})["QueueUrl"]
+            for i in range(3)]
+    assert sqs.list_queue_tags(QueueUrl=urls[0])["Tags"] == {"team": "q", "n": "0"}
+    sqs.tag_queue(QueueUrl=urls[0], Tags={"env": "test"})
+    sqs.untag_queue(QueueUrl=urls[0], TagKeys=["n"])
+    assert sqs.list_queue_tags(QueueUrl=urls[0])["Tags"] == {"team": "q", "env": "test"}
+
+    page = sqs.list_queues(QueueNamePrefix=unique_name, MaxResults=2)
+    assert page["QueueUrls"] == urls[:2] and page["NextToken"]
+    rest = sqs.list_queues(QueueNamePrefix=unique_name, MaxResults=2, NextToken=page["NextToken"])
+    assert rest["QueueUrls"] == urls[2:] and "NextToken" not in rest
+
+    assert sqs.create_queue(QueueName=f"{unique_name}-0")["QueueUrl"] == urls[0]  # same attributes: its URL
+    differing = error_of(sqs.create_queue, QueueName=f"{unique_name}-0", Attributes={"VisibilityTimeout": "9"})
+    assert differing["Code"] == "QueueAlreadyExists" and "VisibilityTimeout" in differing["Message"]
+
+
+@pytest.mark.parametrize(("attributes", "code", "fragment"), [
+    ({"VisibilityTimeout": "43201"}, "InvalidAttributeValue", "from 0 to 43200"),
+    ({"VisibilityTimeout": "0"}, "InvalidAttributeValue", "at least 1 s"),
+    ({"MessageRetentionPeriod": "59"}, "InvalidAttributeValue", "from 60 to 1209600"),
+    ({"DelaySeconds": "901"}, "InvalidAttributeValue", "from 0 to 900"),
+    ({"MaximumMessageSize": "abc"}, "InvalidAttributeValue", "from 1024 to 1048576"),
+    ({"RedrivePolicy": '{"maxReceiveCount": 3}'}, "InvalidAttributeValue", "deadLetterTargetArn"),
+    ({"NoSuchAttribute": "1"}, "InvalidAttributeName", "NoSuchAttribute"),
+    ({"ContentBasedDeduplication": "true"}, "InvalidAttributeName", "ContentBasedDeduplication"),
+    ({"FifoQueue": "true"}, "InvalidAttributeValue", "FIFO queues are not supported"),
+    ({"Policy": "{}"}, "InvalidAttributeValue", "does not support"),
+])
+def test_attribute_refusals(sqs, unique_name, attributes, code, fragment):
+    error = error_of(sqs.create_queue, QueueName=unique_name, Attributes=attributes)
+    assert (error["Code"], error["status"]) == (code, 400)
+    assert fragment in error["Message"]
+    assert error_of(sqs.get_queue_url, QueueName=unique_name)["Code"] == "AWS.SimpleQueueService.NonExistentQueue"
+
+
+def test_refusals_with_the_codes_sdks_expect(sqs, make_client, access_key, stack, unique_name):
+    wrong = make_client({**access_key, "secret_access_key": access_key["secret_access_key"] + "x"})
+    assert error_of(wrong.list_queues) | {"Message": ""} == {
+        "Code": "SignatureDoesNotMatch", "Message": "", "status": 403, "Type": "Sender",
+        "QueryErrorCode": "SignatureDoesNotMatch"}
+    unknown = make_client({**access_key, "access_key_id": "EQAKAAAAAAAAAAAAAAAA"})
+    assert error_of(unknown.list_queues)["Code"] == "InvalidClientTokenId"
+    elsewhere = make_client(access_key, region="eu-west-1")
+    assert "region" in error_of(elsewhere.list_queues)["Message"]
+
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.send_message(QueueUrl=f"{stack.api_url}/sqs/default/{unique_name}", MessageBody="x")
+    for name, fragment in (("Mixed_Case", "lowercase"), (f"{unique_name}.fifo", "FIFO")):
+        error = error_of(sqs.create_queue, QueueName=name)
+        assert error["Code"] == "InvalidParameterValue" and fragment in error["Message"]
+    url = new_queue(sqs, unique_name, MaximumMessageSize="1024")
+    assert error_of(sqs.send_message, QueueUrl=url, MessageBody="x" * 1025)["Code"] == "InvalidParameterValue"
+    assert error_of(sqs.receive_message, QueueUrl=url, MaxNumberOfMessages=11)["Code"] == "InvalidParameterValue"
+    assert error_of(sqs.receive_message, QueueUrl=url, WaitTimeSeconds=21)["Code"] == "InvalidParameterValue"
+    assert error_of(sqs.delete_message, QueueUrl=url, ReceiptHandle="forged")["Code"] == "ReceiptHandleIsInvalid"
+    assert error_of(sqs.get_queue_attributes, QueueUrl=url, AttributeNames=["Nope"])["Code"] == "InvalidAttributeName"
+    assert error_of(sqs.add_permission, QueueUrl=url, Label="l", AWSAccountIds=["1"], Actions=["SendMessage"])[
+        "Code"] == "AWS.SimpleQueueService.UnsupportedOperation"
+
+
+def test_a_running_move_task_is_listed_and_cancelled(sqs, unique_name):
+    source = new_queue(sqs, unique_name)
+    new_queue(sqs, f"{unique_name}-to")
+    arn = f"arn:aws:sqs:{REGION}:default:{unique_name}"
+    sqs.send_message_batch(QueueUrl=source, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(6)])
+    handle = sqs.start_message_move_task(SourceArn=arn, DestinationArn=f"{arn}-to",
+                                         MaxNumberOfMessagesPerSecond=1)["TaskHandle"]
+    running = sqs.list_message_move_tasks(SourceArn=arn)["Results"][0]
+    assert (running["Status"], running["TaskHandle"], running["DestinationArn"], running["MaxNumberOfMessagesPerSecond"]) == (
+        "RUNNING", handle, f"{arn}-to", 1)
+    again = error_of(sqs.start_message_move_task, SourceArn=arn, DestinationArn=f"{arn}-to")
+    assert again["Code"] == "AWS.SimpleQueueService.UnsupportedOperation"  # one task at a time
+    moved = sqs.cancel_message_move_task(TaskHandle=handle)["ApproximateNumberOfMessagesMoved"]
+    assert 0 <= moved < 6
+    cancelled = sqs.list_message_move_tasks(SourceArn=arn)["Results"][0]
+    assert (cancelled["Status"], cancelled["ApproximateNumberOfMessagesMoved"]) == ("CANCELLED", moved)
+    assert "TaskHandle" not in cancelled
+    not_a_dlq = error_of(sqs.start_message_move_task, SourceArn=arn)
+    assert not_a_dlq["Code"] == "InvalidParameterValue" and "dead-letter queue" in not_a_dlq["Message"]

@@ -1,0 +1,60 @@
+"""A queue made through SQS is an ordinary Enclave queue (the API, the CLI and NATS clients see and
+use it), and a queue made by Enclave is an SQS queue: settings and attributes are one thing, and
+messages cross between the SQS endpoint, the API and the NATS SDK both ways."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from enclave_queue.client import connect
+from tests.helpers import make_queue
+
+
+def test_a_queue_made_through_sqs_is_an_enclave_queue(sqs, stack, unique_name):
+    dlq = sqs.create_queue(QueueName=f"{unique_name}-dlq")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    url = sqs.create_queue(QueueName=unique_name, Attributes={
+        "VisibilityTimeout": "11", "MessageRetentionPeriod": "5000", "MaximumMessageSize": "4096",
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": "4"})})["QueueUrl"]
+    with stack.admin() as admin:
+        queue = admin.get_queue("default", unique_name)
+        assert {k: queue[k] for k in ("visibility_timeout_seconds", "retention_hours", "max_message_bytes",
+                                      "dead_letter_queue", "max_receives")} == {
+            "visibility_timeout_seconds": 11, "retention_hours": 2, "max_message_bytes": 4096,
+            "dead_letter_queue": f"{unique_name}-dlq", "max_receives": 4}
+        sqs.send_message(QueueUrl=url, MessageBody="to the api")
+        taken = admin.receive("default", unique_name, wait=2)
+        assert [m["body"] for m in taken] == ["to the api"]
+        admin.delete_message("default", unique_name, taken[0]["receipt"])
+        admin.update_queue("default", unique_name, {"visibility_timeout_seconds": 13})
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"] == {
+        "VisibilityTimeout": "13"}
+
+
+async def test_an_enclave_queue_is_an_sqs_queue(sqs, stack, unique_name):
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=3, retention_hours=5)
+    url = sqs.get_queue_url(QueueName=unique_name)["QueueUrl"]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (attributes["VisibilityTimeout"], attributes["MessageRetentionPeriod"]) == ("3", str(5 * 3600))
+    with stack.admin() as admin:
+        admin.send("default", unique_name, "from the api")
+    async with connect(creds) as queue:
+        await queue.put(b"\xff\xfe not text")  # from a NATS client: bytes that are not UTF-8
+        sqs.send_message(QueueUrl=url, MessageBody="from sqs")
+        bodies = []
+        for _ in range(5):
+            for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                         MessageAttributeNames=["All"]).get("Messages", []):
+                if m["Body"] == "from sqs":
+                    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
+                    continue
+                mark = m.get("MessageAttributes", {}).get("Enclave.BodyEncoding", {}).get("StringValue")
+                bodies.append(base64.b64decode(m["Body"]) if mark == "base64" else m["Body"].encode())
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+            if len(bodies) == 2:
+                break
+        assert sorted(bodies) == [b"from the api", b"\xff\xfe not text"]
+        message = await queue.get(timeout_s=5)
+        assert message is not None and message.body in ("from sqs", b"from sqs")
+        await message.ack()
