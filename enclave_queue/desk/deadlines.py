@@ -53,6 +53,7 @@ class Deadlines:
         self._wake = asyncio.Event()
         self._sub: Any = None
         self._expiry: Optional[asyncio.Task[None]] = None
+        self._stopping = False
 
     async def start(self) -> None:
         await ensure_stream(self.conn.js, api.StreamConfig(
@@ -64,21 +65,27 @@ class Deadlines:
             max_bytes=CONTROL_STREAM_BYTES[NOTES_STREAM], max_msgs_per_subject=NOTES_PER_QUEUE,
             discard=api.DiscardPolicy.NEW, discard_new_per_subject=True, num_replicas=1,
         ))
+        self._stopping = False
         self._expiry = asyncio.create_task(self._expire_due(), name="desk-expiry")
 
     async def stop(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+        # the flag as well as the cancel: Python 3.11's wait_for can swallow a cancel that lands
+        # as the event it waits on is set (a note arriving), and the loop would go on for ever
+        self._stopping = True
+        self._wake.set()
         if self._expiry is not None:
             self._expiry.cancel()
             await asyncio.gather(self._expiry, return_exceptions=True)
+        if self._sub is not None:  # after the task: it may have subscribed as it was cancelled
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
 
     async def _read_notes(self) -> None:
         """Read every note from the start, then each new one (an ordered consumer). Its creation
         is retried: JetStream can be slow to answer while the control plane starts."""
         delay = 0.1
-        while True:
+        while not self._stopping:
             try:
                 self._sub = await self.conn.js.subscribe(notes_subject("*"), ordered_consumer=True, cb=self._on_note)
                 return
@@ -115,7 +122,7 @@ class Deadlines:
 
     async def _expire_due(self) -> None:
         await self._read_notes()
-        while True:
+        while not self._stopping:
             now = datetime.now(UTC)
             due = []
             while self._deadlines and self._deadlines[0][0] <= now:
