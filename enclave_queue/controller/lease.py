@@ -55,7 +55,6 @@ class Lease:
         self.js, self.node, self.replicas = js, node, replicas
         self._acquired, self._lost = acquired, lost
         self.held = False
-        self.holder: Optional[str] = None  #: the node that held it when last seen
         self._kv: Optional[KeyValue] = None
         self._revision = 0
         self._renewed = 0.0
@@ -117,20 +116,19 @@ class Lease:
         except NOT_NOW:
             return
         self._renewed = time.monotonic()
-        self.held, self.holder = True, self.node
+        self.held = True
         log.info("node %s holds the control-plane lease", self.node)
         await self._acquired()
 
     async def _take_back(self) -> bool:
         """The key exists: held by this node before it restarted (take it back at once), or by
-        another (note which)."""
+        another."""
         assert self._kv is not None
         try:
             entry = await self._kv.get(KEY)
         except (nats.js.errors.KeyNotFoundError, *NOT_NOW):
             return False
-        self.holder = (entry.value or b"").decode(errors="replace")
-        if self.holder != self.node:
+        if (entry.value or b"").decode(errors="replace") != self.node:
             return False
         try:
             self._revision = await self._kv.update(KEY, self.node.encode(), last=entry.revision)

@@ -79,6 +79,16 @@ def sender_headers(headers: dict[str, str]) -> dict[str, str]:
             if not key.lower().startswith(("nats-", "enclave-")) and key.lower() != "content-type"}
 
 
+
+async def settle(conn: BrokerConnection, record: QueueRecord, reply: str, payload: bytes, verb: str) -> None:
+    """Ack or nak a delivery (``payload`` to its ``reply`` subject) and wait for the broker's
+    confirmation; BrokerUnavailable naming ``verb`` if it does not come."""
+    try:
+        async with conn.account(record.id) as nc:
+            await retry_unavailable(lambda: nc.request(reply, payload, timeout=SEND_TIMEOUT))
+    except (nats.errors.TimeoutError, *UNAVAILABLE) as exc:
+        raise BrokerUnavailable(f"The broker did not confirm the {verb} on queue '{record.spec.name}'.") from exc
+
 class Messages:
     """A queue's messages by hand, for the API and the console."""
 
@@ -283,18 +293,11 @@ class Messages:
                            "have been received again. Receive it again to delete or nack it.")
         return sealed
 
-    async def _settle(self, record: QueueRecord, reply: str, payload: bytes, verb: str) -> None:
-        try:
-            async with self.conn.account(record.id) as nc:
-                await retry_unavailable(lambda: nc.request(reply, payload, timeout=SEND_TIMEOUT))
-        except (nats.errors.TimeoutError, *UNAVAILABLE) as exc:
-            raise BrokerUnavailable(f"The broker did not confirm the {verb} on queue '{record.spec.name}'.") from exc
-
     async def delete_message(self, project: str, name: str, receipt: str) -> None:
         """Delete a received message by its receipt handle (acknowledge it to the broker)."""
         record = await self.lookup.live(project, name)
         sealed = self._unseal_receipt(record, receipt)
-        await self._settle(record, sealed["r"], b"+ACK", "delete")
+        await settle(self.conn, record, sealed["r"], b"+ACK", "delete")
 
     async def delete_sequence(self, project: str, name: str, seq: int) -> None:
         """Delete the message stored at ``seq`` (the sequence receive and peek show; for a delayed
@@ -320,4 +323,4 @@ class Messages:
         record = await self.lookup.live(project, name)
         sealed = self._unseal_receipt(record, receipt)
         payload = nak_payload(delay, sealed.get("n", 1), list(record.spec.retry_backoff_seconds or []))
-        await self._settle(record, sealed["r"], payload, "nack")
+        await settle(self.conn, record, sealed["r"], payload, "nack")

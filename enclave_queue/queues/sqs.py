@@ -37,10 +37,9 @@ from ..state.kv import Store
 from ..state.records import QueueRecord
 from .expiry import drop_expired
 from .lookup import not_ready
-from .messages import Messages
+from .messages import Messages, settle
 
 RECEIPT_PURPOSE = "sqs-receipt"
-SETTLE_TIMEOUT = 5.0  #: seconds the broker may take to confirm an ack or a nak
 PULL_SECONDS = 2.0  #: seconds one pull waits at most (a restarted broker forgets a pending pull)
 #: seconds taken off a lease as the endpoint counts it: the broker's lease began when it delivered
 #: the message, a moment before the endpoint saw it, and must never end before the endpoint's does
@@ -111,7 +110,7 @@ class SqsMessages:
             count_now = msg.metadata.num_delivered
             lease = self._queue_lease(record, count_now)
             if visibility is not None and visibility != lease:
-                await self._settle(record, msg.reply, self._nak(record, visibility, count_now), "visibility change")
+                await settle(self.conn, record, msg.reply, self._nak(record, visibility, count_now), "visibility change")
                 lease = visibility
             taken.append(self._received(record, msg, headers, now, lease))
         return taken
@@ -198,7 +197,7 @@ class SqsMessages:
         if until is None or now > until:
             raise NotInFlight(f"The message of this receipt handle is not in flight on queue '{record.spec.name}': "
                               "its visibility timeout has ended (it may have been received again).")
-        await self._settle(record, sealed["r"], self._nak(record, timeout, sealed["n"]), "visibility change")
+        await settle(self.conn, record, sealed["r"], self._nak(record, timeout, sealed["n"]), "visibility change")
         known = self._leases.get((record.id, sealed["s"]))
         self._remember(record.id, sealed["s"], Lease(sealed["n"], now + timeout - LEASE_MARGIN,
                                                      known.first_received if known else None))
@@ -210,16 +209,9 @@ class SqsMessages:
         until = self._live_until(record, sealed)
         if until is None or time.time() > until:
             return False
-        await self._settle(record, sealed["r"], b"+ACK", "delete")
+        await settle(self.conn, record, sealed["r"], b"+ACK", "delete")
         self._leases.pop((record.id, sealed["s"]), None)
         return True
-
-    async def _settle(self, record: QueueRecord, reply: str, payload: bytes, verb: str) -> None:
-        try:
-            async with self.conn.account(record.id) as nc:
-                await retry_unavailable(lambda: nc.request(reply, payload, timeout=SETTLE_TIMEOUT))
-        except (nats.errors.TimeoutError, *UNAVAILABLE) as exc:
-            raise BrokerUnavailable(f"The broker did not confirm the {verb} on queue '{record.spec.name}'.") from exc
 
     # -- purge ----------------------------------------------------------------------------------
 

@@ -213,7 +213,7 @@ class Runtime:
         starts here on a single node; on a cluster, when this node holds the lease."""
         s = self.settings
         assert self.supervisor is not None and self.accounts is not None and self.master is not None
-        replicas = control_replicas(s.nodes)
+        replicas = CONTROL_STREAM_BYTES.replicas  # sized for this cluster in _start
         self.conn = await BrokerConnection.connect(
             f"nats://127.0.0.1:{port}" if s.broker_host in ("0.0.0.0", "") else self.supervisor.url,
             self.accounts.keys,
