@@ -150,6 +150,42 @@ async def confirm(session: Session, acks: list[Ack], timeout: float = DEFAULT_TI
     raise _unsettled(acks, pending, refused, verb, timeout)
 
 
+class AckWindow:
+    """The ``+ACK``s of one iteration (``Queue.iterate``), confirmed together: while one group of
+    them is being confirmed, the acks made meanwhile queue up, and go as the next group, one flush
+    and one wait for them all (``confirm``'s rules, sending again included). An ack waits for
+    nothing; the iteration calls ``settle`` before it hands out the next batch and before it ends,
+    which waits for every confirmation and raises the first failure."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._queued: list[Ack] = []
+        self._confirming: Optional[asyncio.Task[None]] = None
+        self._failure: Optional[BaseException] = None  #: the first ack of the window that failed
+
+    def add(self, ack: Ack) -> None:
+        """Confirm ``ack`` with the next group; sent as soon as the loop is free."""
+        self._queued.append(ack)
+        if self._confirming is None or self._confirming.done():
+            self._confirming = self._session.spawn(self._confirm_groups())
+
+    async def _confirm_groups(self) -> None:
+        while self._queued:
+            group, self._queued = self._queued, []
+            try:
+                await confirm(self._session, group)
+            except (EnclaveError, RuntimeError) as exc:
+                self._failure = self._failure or exc
+
+    async def settle(self) -> None:
+        """Wait until every ack added so far is confirmed; raise the first that was not (once)."""
+        if self._confirming is not None:
+            await asyncio.shield(self._confirming)
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+
 async def _forgotten(session: Session, replies: dict[int, str], deadline: float) -> set[int]:
     """Of these acknowledgements (by index: the reply subject of each message), those of messages
     their consumer has not handed out since the broker restarted: its delivered stream sequence

@@ -1,9 +1,17 @@
-"""Putting many messages on a queue at once, over a session: ``send_batch`` (pipelined, not atomic)
-and ``put_many`` (one JetStream atomic batch: all or none).
+"""Putting many messages on a queue at once, over a session: ``send_batch`` (as many stored as
+can be) and ``put_many`` (one JetStream atomic batch: all or none).
 
-What each does on the broker is in queue.py's docstring. ``send_batch`` counts its PubAcks on one
-inbox of its own; it carries no Nats-Msg-Id, so it sends nothing again. ``put_many`` is sent
-again as a put is (sending.py), whole, with a new batch id and the same Nats-Msg-Id on its commit.
+What each does on the broker is in queue.py's docstring. ``put_many`` is sent again as a put is
+(sending.py), whole, with a new batch id and the same Nats-Msg-Id on its commit.
+
+``send_batch`` is a group commit where that pays: on a broker that fsyncs every write before
+acknowledging it (``ENCLAVE_SYNC=always``, the default) the batch goes as one atomic batch, one
+fsync for all its messages (measured on nats-server 2.15.1: 26–29k msg/s against 4k for the same
+messages pipelined one by one), sent again whole as ``put_many`` is. If the broker refuses it
+whole (the queue has no room for all of them, say), nothing was stored, and the messages are sent
+again one by one so each gets its own outcome. Where the broker syncs on an interval, staging an
+atomic batch costs the broker more than the fsyncs it saves, so the messages are pipelined: one
+inbox counts their PubAcks; they carry no Nats-Msg-Id, so nothing is sent again.
 """
 
 from __future__ import annotations
@@ -35,11 +43,19 @@ from .settings import Settings
 
 SEND_WINDOW = 5000  #: unconfirmed publishes ``send_batch`` keeps in flight
 MAX_PUT_MANY = 100  #: messages one put_many stores all or none
-MAX_SEND_BATCH = 1000  #: messages one send_batch sends
+MAX_SEND_BATCH = 1000  #: messages one send_batch sends (the broker's most in one atomic batch)
 LOST_QUIET = 0.5  #: seconds send_batch waits for more PubAcks once the connection was lost (the rest are lost with it)
 ATOMIC_DISABLED = 10174  #: err_code of a batch message to a stream without allow_atomic
 BATCH_INCOMPLETE = 10176  #: err_code of a batch's commit after the broker refused one of its messages
 BATCH_DUPLICATE = 10201  #: err_code of an atomic batch carrying a Nats-Msg-Id the stream stored already
+
+
+class _Refused(Exception):
+    """The broker refused an atomic batch whole, so nothing of it was stored; ``error`` says why."""
+
+    def __init__(self, error: EnclaveError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class Batching:
@@ -52,20 +68,36 @@ class Batching:
 
     async def send_batch(self, bodies: Iterable[Any], *, window: int = SEND_WINDOW,
                          timeout: float = DEFAULT_TIMEOUT) -> int:
-        """Send many messages, pipelined (up to ``window`` unconfirmed); returns how many the
-        broker stored. If any fails, raises once the rest have settled, saying how many went (the
-        first failure's class: ``QueueFull`` when the queue filled up, each later message refused too).
-        Raises ``MaybeStored`` when some were never confirmed (no answer within ``timeout``, or the
-        connection was lost: their PubAcks are lost with it, so it waits only LOST_QUIET seconds for
-        more after a reconnect): they carry no Nats-Msg-Id, so sending them again may store some twice.
+        """Send 1 to 1000 messages; returns how many the broker stored. If any fails, raises once
+        the rest have settled, saying how many went (the first failure's class: ``MessageTooLarge``
+        for a body over the queue's limit, which is not sent; ``QueueFull`` when the queue filled
+        up, each later message refused too). Raises ``MaybeStored`` when some were never confirmed
+        (no answer within ``timeout``, or the connection was lost and nothing sent again was
+        confirmed): sending those again may store some twice.
 
-        The PubAcks of a batch all come to one inbox of its own and are counted as they arrive
-        (no future per message), which keeps up with a raw pipelined publisher."""
+        A group commit on a broker that syncs every write (the module's docstring); elsewhere
+        pipelined, up to ``window`` unconfirmed."""
         self._session.check_open()
         bodies = list(bodies)
         if not 1 <= len(bodies) <= MAX_SEND_BATCH:
             message = f"must hold 1 to {MAX_SEND_BATCH} bodies (got {len(bodies)})"
             raise SpecError(f"send_batch: bodies {message}.", errors=[{"field": "bodies", "message": message}])
+        if len(bodies) > 1 and await self._settings.synced_writes():
+            limit = await self._settings.max_message_bytes()
+            encoded = [envelope.encode(body) for body in bodies]
+            fits = [item for item in encoded if len(item[0]) <= limit]
+            if len(fits) == len(encoded):  # an oversize one is reported by the pipelined path, as one by one
+                try:
+                    return len(await self._commit(encoded, timeout, answer_each=False))
+                except _Refused:
+                    pass  # nothing was stored: one by one, each message's own outcome
+        return await self._pipelined(bodies, window, timeout)
+
+    async def _pipelined(self, bodies: list[Any], window: int, timeout: float) -> int:
+        """``send_batch`` one message after another, up to ``window`` unconfirmed. The PubAcks all
+        come to one inbox of its own and are counted as they arrive (no future per message), which
+        keeps up with a raw pipelined publisher. The connection lost, their PubAcks are lost with
+        it, so it waits only LOST_QUIET seconds for more after a reconnect."""
         token, broken = self._session.broken_waiter("b")  # broken: failed by a permission denial or close
         inbox = f"{self._session.mux}.batch.{token}"  # two tokens: outside the reply wildcard's reach
         sent = acked = stored = skipped = 0
@@ -156,6 +188,16 @@ class Batching:
             if len(data) > limit:
                 raise MessageTooLarge(f"bodies[{index}] is {len(data)} bytes; the queue accepts at most {limit} "
                                       "(max_message_bytes). Nothing was put.")
+        try:
+            return await self._commit(encoded, timeout, answer_each=True)
+        except _Refused as refused:
+            raise refused.error from None
+
+    async def _commit(self, encoded: list[tuple[bytes, Optional[dict[str, str]]]], timeout: float, *,
+                      answer_each: bool) -> list[int]:
+        """Store ``encoded`` as one atomic batch, sent again whole by put's rules; their sequences.
+        ``answer_each``: every message is answered (so a refusal names the one refused), else
+        only the commit. Raises ``_Refused`` when the broker refused the batch (nothing stored)."""
         sending = PutUnderWay(self._sending.new_id(), timeout, (await self._settings.stream()).dedupe_window)
         loop = asyncio.get_running_loop()
         token, broken = self._session.broken_waiter("a")  # broken: failed by a permission denial or close
@@ -182,7 +224,7 @@ class Batching:
                     attempt += 1
                     if sending.first_sent is None:
                         sending.first_sent = now
-                    await self._publish_batch(encoded, f"{inbox}.{attempt}", sending.msg_id)
+                    await self._publish_batch(encoded, f"{inbox}.{attempt}", sending.msg_id, answer_each)
                 done, _ = await asyncio.wait({committed, broken, reconnect}, timeout=max(min(
                     sending.deadline - now, RESEND_AFTER), 0.001), return_when=asyncio.FIRST_COMPLETED)
                 if broken in done:
@@ -212,11 +254,15 @@ class Batching:
         answers = replies[committed.result()]
         if _err_code(answers[last]) == BATCH_DUPLICATE:  # an earlier attempt was stored; its answer was lost
             return await self._stored_batch(sending, last)
-        return self._batch_outcome(answers, last)
+        try:
+            return self._batch_outcome(answers, last)
+        except EnclaveError as exc:
+            raise _Refused(exc) from None
 
     async def _publish_batch(self, encoded: list[tuple[bytes, Optional[dict[str, str]]]], reply: str,
-                             msg_id: str) -> None:
-        """Publish one atomic batch; message n is answered on ``<reply>.<n>``. Its commit carries
+                             msg_id: str, answer_each: bool) -> None:
+        """Publish one atomic batch; message n is answered on ``<reply>.<n>`` (with ``answer_each``;
+        else only the commit is, and a refused message fails the commit). Its commit carries
         ``msg_id``: the stream refuses a batch holding a Nats-Msg-Id it stored already, whole
         (err_code 10201), so a batch sent again after its first was stored stores nothing. A new
         batch id each time: a half-sent batch is abandoned by the broker, never completed by another."""
@@ -225,7 +271,8 @@ class Batching:
             headers = {**(content or {}), "Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(position)}
             if position == len(encoded):
                 headers.update({"Nats-Batch-Commit": "1", "Nats-Msg-Id": msg_id})
-            await self._session.nc.publish(self._session.subject, data, reply=f"{reply}.{position}", headers=headers)
+            answer = f"{reply}.{position}" if answer_each or position == len(encoded) else ""
+            await self._session.nc.publish(self._session.subject, data, reply=answer, headers=headers)
 
     async def _stored_batch(self, sending: PutUnderWay, last: int) -> list[int]:
         """The ids of a batch stored by an earlier attempt whose answer was lost: its commit's

@@ -81,7 +81,8 @@ class Message:
     or ``extend`` asked for one."""
 
     __slots__ = ("_session", "_settings", "data", "headers", "_reply", "receive_count", "sequence", "_sent_ns", "id",
-                 "attempts", "last_error", "_lease_end", "_server_lease", "_keeper", "_settled", "_lease_ran_out")
+                 "attempts", "last_error", "_lease_end", "_server_lease", "_keeper", "_settled", "_lease_ran_out",
+                 "_window")
 
     def __init__(self, session: Session, settings: Settings, msg: Msg, consumer: Optional[dict[str, Any]] = None) -> None:
         """``consumer``: the queue's consumer settings (``Settings.consumer``), which say how long the
@@ -107,6 +108,7 @@ class Message:
         self._keeper: Optional[asyncio.Task[None]] = None  #: holds or ends a lease other than the broker's
         self._settled = False
         self._lease_ran_out = False  #: settled by its lease's end (the keeper gave it back), not by a verb
+        self._window: Optional[acks.AckWindow] = None  #: the iteration that handed it out confirms its ack
 
     @property
     def body(self) -> Any:
@@ -188,17 +190,24 @@ class Message:
 
     # -- verbs ------------------------------------------------------------------------------------
 
-    async def ack(self, *, confirm: bool = True) -> None:
-        """The message is done: it leaves the queue for good; returns once the broker confirmed.
-        Raises ``Conflict`` if the lease ran out (the message may be someone else's now).
+    async def ack(self, *, confirm: Optional[bool] = None) -> None:
+        """The message is done: it leaves the queue for good. Raises ``Conflict`` if the lease ran
+        out (the message may be someone else's now).
+
+        By default it returns once the broker confirmed, except for a message from ``iterate``:
+        there the iteration confirms the acks of a batch together (one wait for many, as
+        ``delete_many``) before it hands out a message of the next batch or ends, and raises the
+        first that failed. ``confirm=True`` waits for this ack's own confirmation there too.
         ``confirm=False`` sends it without waiting (as a plain NATS ``ack()`` does): faster, but an
         ack lost on the way means the message comes back after its lease."""
         self._check_lease("acked")
         self._settle()
-        if confirm:
-            await self._confirm(b"+ACK")
-        else:
+        if confirm is None and self._window is not None:
+            self._window.add(self._ack(b"+ACK"))
+        elif confirm is False:
             await acks.ack_unconfirmed(self._session, [self._reply])
+        else:
+            await self._confirm(b"+ACK")
 
     delete = ack  #: the core verb's name
 

@@ -8,7 +8,9 @@ and settings.py (the queue's settings, cached); message.py holds a received mess
 What each verb does on the broker (JetStream):
 
 - ``send`` publishes to the queue's subject and returns once the stream has stored the message
-  (its PubAck), so a sent message is durable. ``send_batch`` pipelines many publishes.
+  (its PubAck), so a sent message is durable. ``send_batch`` sends many as one atomic batch on a
+  broker that fsyncs every write (a group commit), else pipelined; concurrent puts are
+  group-committed the same way (batching.py, grouping.py).
   ``send(body, dedupe_key=…)`` sets ``Nats-Msg-Id``: within the queue's ``dedupe_window_seconds``
   the broker stores a repeated key once and answers with the first message's sequence. A queue
   holding ``max_messages`` refuses new messages (``discard: new``): ``QueueFull``, not retried.
@@ -37,8 +39,8 @@ Across a broker restart (the connection comes back by itself): every put carries
 ``Nats-Msg-Id`` (its dedupe key, or one the SDK makes) and is sent again when the connection came
 back before its PubAck, so it is stored once and returns that id; if none was confirmed in time it
 raises ``MaybeStored``, whose ``dedupe_key`` puts it again safely. ``put_many`` sends its batch
-again the same way; ``send_batch`` (no keys: the broker keeps each key in memory for the dedupe
-window) says how many may have been stored. Pull requests, which a restarted broker forgets, are
+again the same way, and so does a group-committed ``send_batch``; a pipelined one (no keys: the
+broker keeps each key in memory for the dedupe window) says how many may have been stored. Pull requests, which a restarted broker forgets, are
 sent again too (pulls.py), and so are acknowledgements not confirmed yet (acks.py),
 until their timeout, while their message's lease lasts; an ``+ACK`` of a delivery the restarted
 broker forgot raises ``Conflict``.

@@ -122,21 +122,38 @@ class Receiving:
         timeout); ack or nack each. The next batch is fetched while one is handled (so up to two
         batches are leased at once). It waits for new messages for ever, or with
         ``stop_when_empty`` ends the first time nothing is waiting: messages leased by others,
-        handed back with a delay, or delayed do not keep it going."""
+        handed back with a delay, or delayed do not keep it going.
+
+        ``await m.ack()`` of a message it handed out does not wait for the broker: the acks of a
+        batch are confirmed together (acks.AckWindow) before a message of the next batch is
+        handed out, and before the iteration ends; one that failed (``Conflict``,
+        ``BrokerUnavailable``) is raised by the iteration then. Left early (``break``), it confirms
+        them as it closes, without raising."""
         if lease_s is not None:
             lease_s = envelope.check_lease(lease_s)
         wait = 0.0 if stop_when_empty else ITERATE_WAIT
+        window = acks.AckWindow(self._session)
         pending = self._prefetch(batch, wait, lease_s)
         unseen: list[Message] = []  #: fetched and not yielded yet
+        settle = True  #: on the way out, wait for its acks' confirmations (not when cancelled)
         try:
             while True:
                 unseen = await pending
+                await window.settle()
                 if not unseen and stop_when_empty:
                     return
                 pending = self._prefetch(batch, wait, lease_s)
                 while unseen:
-                    yield unseen.pop(0)
+                    received = unseen.pop(0)
+                    received._window = window
+                    yield received
+        except asyncio.CancelledError:
+            settle = False  # the acks are confirmed in a task of their own all the same
+            raise
         finally:
+            if settle:  # left early: its acks still count, but nobody is there to hear a failure
+                with contextlib.suppress(EnclaveError, RuntimeError):
+                    await window.settle()
             # a prefetch still taking what is there (no wait) finishes in a moment; one left waiting
             # for new messages is cancelled (its pull hands back what it had received: acks.orphaned)
             await asyncio.wait({pending}, timeout=PREFETCH_SETTLE)

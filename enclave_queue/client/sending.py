@@ -9,6 +9,8 @@ delay or a deadline tells the control plane (``Session.note``).
 Every put carries a ``Nats-Msg-Id`` (its dedupe key, or one the SDK makes) and is sent again
 when the connection came back before its PubAck, so it is stored once and returns that id; if
 none was confirmed in time it raises ``MaybeStored``, whose ``dedupe_key`` puts it again safely.
+On a broker that syncs every write, puts made while another is on its way are group-committed
+(grouping.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from nats.nuid import NUID
 from .. import envelope
 from ..errors import BrokerUnavailable, MaybeStored, MessageTooLarge, SpecError, publish_refused
 from ..spec import check_dedupe_key
+from .grouping import GroupCommit
 from .session import DEFAULT_TIMEOUT, RESEND_AFTER, Backoff, Session, unavailable
 from .settings import Settings
 
@@ -70,6 +73,7 @@ class Sending:
         self._settings = settings
         self._nuid = NUID()  #: every put's Nats-Msg-Id unless it has a key (one a queue: a queue lives on one loop)
         self._last_seq = 0  #: the last sequence a PubAck named: a delayed put's first guess
+        self._group = GroupCommit(session)
 
     def new_id(self) -> str:
         """A fresh Nats-Msg-Id."""
@@ -141,6 +145,10 @@ class Sending:
             due = now + timedelta(seconds=delay)
             merged.update(envelope.schedule_headers(target, due))
             seq, duplicate = await self._put_scheduled(data, merged, sending)
+        elif ttl is None and _groupable(merged) and await self._settings.synced_writes():
+            answer = await self._group.put(target, data, merged, sending,
+                                           lambda: self.publish_answer(target, data, merged, sending))
+            seq, duplicate = self.stored(answer)
         else:
             seq, duplicate = self.stored(await self.publish_answer(target, data, merged, sending))
         # a duplicate of a copy of our own whose answer was lost is this put's message: its notes are due
@@ -228,3 +236,9 @@ class Sending:
         if envelope.refused_for_schedules(answer) and await self._session.desk("schedules", {}, resend=True):
             answer = await publish()
         return self.stored(answer)
+
+
+def _groupable(headers: dict[str, str]) -> bool:
+    """Whether a put may join an atomic batch: none of its headers asks the broker for something
+    of its own (``Nats-Expected-*``, a TTL, a batch), which a batch would apply to it or refuse."""
+    return not any(key.startswith("Nats-") and key != "Nats-Msg-Id" for key in headers)

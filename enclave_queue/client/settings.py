@@ -1,6 +1,7 @@
 """The queue's settings the SDK needs, read from its consumer and stream over a session and cached
 for SCHEDULE_TTL seconds: the lease, retry schedule and receives allowed; the largest body, the
-priority lanes and the dedupe window.
+priority lanes and the dedupe window; and, from the control plane, whether the broker syncs
+every write to disk before it acknowledges it (which makes group commits worth their cost).
 
 A stale value is used while a fresh one is read in the background, so no receive or put waits
 for it; ``start`` reads both ahead at connect, so the first receive or put need not wait either.
@@ -9,16 +10,19 @@ for it; ``start`` reads both ahead at connect, so the first receive or put need 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, NamedTuple
 
 from .. import envelope
-from ..errors import BrokerUnavailable
+from ..errors import BrokerUnavailable, EnclaveError
 from ..names import LANES
 from ..spec import HEADER_ROOM
 from .session import Session
 
 SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are cached
+BROKER_TIMEOUT = 2.0  #: seconds the control plane is given to say how the broker syncs
+BROKER_WAIT = 0.25  #: seconds a first batch waits for that answer before it assumes every write is synced
 
 
 class StreamSettings(NamedTuple):
@@ -34,12 +38,12 @@ class Settings:
 
     def __init__(self, session: Session) -> None:
         self._session = session
-        self._values: dict[str, tuple[float, Any]] = {}  #: "consumer" and "stream": (valid until, value)
+        self._values: dict[str, tuple[float, Any]] = {}  #: "consumer", "stream", "broker": (valid until, value)
         self._fetching: dict[str, asyncio.Task[Any]] = {}  #: their reads under way
 
     def start(self) -> None:
-        """Read both ahead: a first receive or put need not wait for them."""
-        for key in ("consumer", "stream"):
+        """Read them all ahead: a first receive or put need not wait for them."""
+        for key in ("consumer", "stream", "broker"):
             self._refresh(key)
 
     def clear(self) -> None:
@@ -57,7 +61,8 @@ class Settings:
         return task
 
     async def _fetch(self, key: str) -> Any:
-        value = await (self._read_consumer() if key == "consumer" else self._read_stream())
+        read = {"consumer": self._read_consumer, "stream": self._read_stream, "broker": self._read_broker}[key]
+        value = await read()
         self._values[key] = (time.monotonic() + SCHEDULE_TTL, value)
         return value
 
@@ -88,6 +93,15 @@ class Settings:
         return StreamSettings(int(config["max_msg_size"]) - HEADER_ROOM, lanes,
                               int(config.get("duplicate_window", 0)) / 1e9)
 
+    async def _read_broker(self) -> bool:
+        """Whether the broker fsyncs every write before acknowledging it (``ENCLAVE_SYNC=always``),
+        as the control plane says; assumed when it cannot say (not running, an older one)."""
+        try:
+            answer = await self._session.desk("broker", {}, timeout=BROKER_TIMEOUT)
+        except EnclaveError:
+            return True
+        return answer.get("sync", "always") == "always" if isinstance(answer, dict) else True
+
     async def consumer(self) -> dict[str, Any]:
         """The queue's consumer settings the SDK needs (lease, retry schedule, receives allowed):
         ``{"ack_wait": s, "backoff": [s, …], "max_deliver": n}``."""
@@ -99,6 +113,18 @@ class Settings:
 
     async def stream(self) -> StreamSettings:
         return await self._setting("stream")
+
+    async def synced_writes(self) -> bool:
+        """Whether the broker syncs every write to disk before it acknowledges it: then a write
+        costs an fsync, and putting many as one atomic batch costs one for them all. Asked at
+        connect; until the control plane has answered (waited for BROKER_WAIT at most) it is yes."""
+        found = self._values.get("broker")
+        if found is None or time.monotonic() > found[0]:
+            task = self._refresh("broker")
+            if found is None:
+                with contextlib.suppress(TimeoutError):
+                    return bool(await asyncio.wait_for(asyncio.shield(task), BROKER_WAIT))
+        return True if found is None else bool(found[1])
 
     async def max_message_bytes(self) -> int:
         """The largest body the queue accepts (its ``max_message_bytes``)."""

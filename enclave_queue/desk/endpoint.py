@@ -11,7 +11,8 @@ that keeps its id, attempts, put time and deadline replaces it), ``notes`` (the 
 messages), ``expire`` (drop messages past their start deadline, counted: queues/expiry.py),
 ``metrics`` (queues/counters.py), ``schedules`` (turn on delayed messages: queues/schedules.py),
 ``history``, ``dead_letters`` / ``retry`` / ``discard`` (this queue's letters on its dead-letter
-queue), ``clear`` and ``export`` (queues/contents.py).
+queue), ``clear`` and ``export`` (queues/contents.py), ``broker`` (how it syncs writes: the SDK
+group-commits puts on a broker that fsyncs each one).
 """
 
 from __future__ import annotations
@@ -76,12 +77,13 @@ class Desk:
     """Answers the apps' requests, in the control process (``desk.*.*``, a queue group)."""
 
     def __init__(self, store: Store, conn: BrokerConnection, service: QueueService, index: QueueIndex,
-                 naks: NakCounter) -> None:
+                 naks: NakCounter, *, sync: str = "always") -> None:
         self.store = store
         self.conn = conn
         self.service = service  #: its queues/ parts: lookup, letters, contents, dead_letters
         self.index = index  #: finds the queue of a request by its id
         self.naks = naks
+        self.sync = sync  #: how the broker syncs writes (ENCLAVE_SYNC): the SDK group-commits on "always"
         self.recent = Recent()  #: releases answered lately, answered the same when asked again
         self._sub: Any = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -193,6 +195,10 @@ class Desk:
         """Turn on the queue's delayed messages (its stream's schedules) for the SDK's delayed put
         the broker refused for the lack of them; False for a queue with ``max_messages``."""
         return await turn_on(self.conn, record)
+
+    async def _verb_broker(self, record: QueueRecord, body: dict[str, Any]) -> dict[str, str]:
+        """How the broker commits writes: ``{"sync": "always"}`` when it fsyncs each one first."""
+        return {"sync": self.sync}
 
     async def _verb_notes(self, record: QueueRecord, body: dict[str, Any]) -> dict[str, Optional[str]]:
         """The last error reported for each message id (null where none was)."""

@@ -248,7 +248,7 @@ class Runtime:
             await self.lease.start()
         else:
             await self._lead()
-        self.desk = Desk(self.store, self.conn, self.service, self.index, self.naks)
+        self.desk = Desk(self.store, self.conn, self.service, self.index, self.naks, sync=self.settings.sync)
         await self.desk.start()
         await self._start_http()
 

@@ -1,0 +1,118 @@
+"""Group commit of concurrent puts on a broker that syncs every write (``ENCLAVE_SYNC=always``):
+puts made while another is on its way go together as one JetStream atomic batch, so the broker
+fsyncs once for all of them instead of once each.
+
+A put goes straight out when nothing of this queue is on its way, so a lone put waits for
+nobody. While one is, later puts queue up; once it is answered, everything queued (up to the
+broker's 1000 a batch) goes as one batch, each message with its own headers and Nats-Msg-Id. The
+commit's answer names the batch's last sequence, so each put learns its own. A batch refused or
+not answered in time (or across a reconnect) hands each put back to be sent alone by put's rules
+(sending.py): the batch was stored whole or not at all, and a copy of a stored message is
+answered as the duplicate of its Nats-Msg-Id, with its sequence. A repeated dedupe key makes the
+broker refuse the whole batch the same way; alone, that put is answered as the duplicate it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, Optional
+
+import nats.errors
+from nats.nuid import NUID
+
+from .session import RESEND_AFTER, Session, unavailable
+
+MAX_GROUP = 1000  #: messages one atomic batch holds (the broker's max_msgs for a batch)
+Answer = dict[str, Any]  #: the broker's answer to a publish (a PubAck), as ``publish_answer`` returns it
+
+
+class _Waiting:
+    """One put queued for the next batch; ``answer`` resolves to its PubAck, or None: send it alone."""
+
+    __slots__ = ("subject", "data", "headers", "sending", "answer")
+
+    def __init__(self, subject: str, data: bytes, headers: dict[str, str], sending: Any) -> None:
+        self.subject = subject
+        self.data = data
+        self.headers = headers
+        self.sending = sending  #: its PutUnderWay (sending.py): the Nats-Msg-Id, the deadline, the copies sent
+        self.answer: asyncio.Future[Optional[Answer]] = asyncio.get_running_loop().create_future()
+
+
+class GroupCommit:
+    """The puts of one queue on their way, and those waiting to go together."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._busy = False  #: a put or a batch is on its way
+        self._queued: list[_Waiting] = []
+        self._nuid = NUID()
+
+    async def put(self, subject: str, data: bytes, headers: dict[str, str], sending: Any,
+                  alone: Callable[[], Awaitable[Answer]]) -> Answer:
+        """The broker's answer to one put (a PubAck or its refusal), as ``alone()`` gives it."""
+        if not self._busy:
+            self._busy = True
+            try:
+                return await alone()
+            finally:
+                self._next()
+        waiting = _Waiting(subject, data, headers, sending)
+        self._queued.append(waiting)
+        try:
+            answer = await waiting.answer
+        finally:
+            with contextlib.suppress(ValueError):
+                self._queued.remove(waiting)  # cancelled before its batch went
+        return answer if answer is not None else await alone()
+
+    def _next(self) -> None:
+        """Nothing on its way any more: send what queued up meanwhile, as one batch."""
+        self._busy = False
+        if self._queued and not self._session.closed:
+            group, self._queued = self._queued[:MAX_GROUP], self._queued[MAX_GROUP:]
+            self._busy = True
+            self._session.spawn(self._commit(group))
+
+    async def _commit(self, group: list[_Waiting]) -> None:
+        """Publish ``group`` as one atomic batch and give each put its answer (None: send it alone)."""
+        answers: list[Optional[Answer]] = [None] * len(group)
+        token, future = self._session.new_waiter()
+        try:
+            loop = asyncio.get_running_loop()
+            reconnect = self._session.reconnect
+            batch_id, now = self._nuid.next().decode(), loop.time()
+            for position, waiting in enumerate(group, 1):
+                headers = {**waiting.headers, "Nats-Msg-Id": waiting.sending.msg_id,
+                           "Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(position)}
+                reply = ""
+                if position == len(group):
+                    headers["Nats-Batch-Commit"] = "1"
+                    reply = f"{self._session.mux}.{token}"
+                if waiting.sending.first_sent is None:
+                    waiting.sending.first_sent = now
+                await self._session.nc.publish(waiting.subject, waiting.data, reply=reply, headers=headers)
+            wait = min(RESEND_AFTER, min(w.sending.deadline for w in group) - now)
+            await asyncio.wait({future, reconnect}, timeout=max(wait, 0.001), return_when=asyncio.FIRST_COMPLETED)
+            if future.done() and not future.cancelled() and future.exception() is None \
+                    and not unavailable(future.result()):
+                commit = json.loads(future.result().data)
+                if not commit.get("error") and int(commit.get("count", 0)) == len(group):
+                    first = int(commit["seq"]) - len(group) + 1
+                    answers = [{"stream": commit.get("stream"), "seq": first + n} for n in range(len(group))]
+            elif not future.done():
+                for waiting in group:  # may be stored: a copy sent alone is answered as its duplicate
+                    waiting.sending.unanswered = True
+                    waiting.sending.lost = waiting.sending.lost or reconnect.done()
+        except (nats.errors.Error, ValueError, KeyError, TypeError):
+            pass  # each is sent alone, which meets the same trouble and says what it is
+        finally:
+            self._session.waiting.pop(token, None)
+            future.cancel()
+            for waiting, answer in zip(group, answers, strict=True):
+                if not waiting.answer.done():
+                    waiting.answer.set_result(answer)
+            self._next()
