@@ -15,8 +15,9 @@ from enclave_queue.auth.keys import OperatorKeys
 from enclave_queue.auth.secrets import MasterKey
 from enclave_queue.client import connect
 from enclave_queue.errors import BrokerUnavailable, SpecError, Unauthorized
+from enclave_queue.names import ADVISORY_STREAM, MOVER
 from enclave_queue.settings import ClientSettings, EnclaveSettings
-from tests.helpers import account_refuses_logins, eventually, make_queue, system_connection
+from tests.helpers import account_refuses_logins, control_connection, eventually, make_queue, system_connection
 
 
 def test_deleting_the_admin_token_file_rotates_the_token(enclave_stack_factory, tmp_path):
@@ -82,14 +83,23 @@ def test_the_cli_ignores_the_runtime_file_of_a_dead_server(tmp_path):
     assert ClientSettings.from_env({"ENCLAVE_HOME": str(tmp_path)}).url == "http://127.0.0.1:9"
 
 
-def test_a_stack_that_has_run_a_while_stops_cleanly_on_sigterm(enclave_stack_factory):
+async def test_a_stack_that_has_run_a_while_stops_cleanly_on_sigterm(enclave_stack_factory):
     """Regression: an undrained pull subscription of the dead-letter mover once held SIGTERM up
-    for 30 s, past the harness's grace, so the stop ended in SIGKILL (exit code -9)."""
-    import time
-
+    for 30 s, past the harness's grace, so the stop ended in SIGKILL (exit code -9). The stop
+    comes once the mover has ended a fetch of advisories and begun another: each fetch's first
+    pull request is a ``no_wait`` one, seen here on the control account's subject."""
     stack = enclave_stack_factory()
     make_queue(stack, "idle")
-    time.sleep(6)  # past the mover's 5 s fetch cycle
+    fetches = 0
+
+    async def on_pull(msg) -> None:
+        nonlocal fetches
+        fetches += bool(json.loads(msg.data).get("no_wait"))
+
+    async with control_connection(stack) as nc:
+        sub = await nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{ADVISORY_STREAM}.{MOVER}", cb=on_pull)
+        await eventually(lambda: fetches >= 2, timeout=30)  # one fetch cycle has ended
+        await sub.unsubscribe()
     assert stack.stop() == 0
     assert "Stopping" in stack.log_path.read_text()
 

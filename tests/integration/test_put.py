@@ -1,14 +1,14 @@
 """put: delays (JetStream message schedules), start deadlines (ttl_s), dedupe with a delay,
 and the limits of every option, against the real broker."""
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from enclave_queue.client import connect
 from enclave_queue.errors import MessageTooLarge, SpecError
-from tests.helpers import eventually, make_queue
+from enclave_queue.names import NOTES_STREAM, notes_subject
+from tests.helpers import control_connection, eventually, make_queue
 
 
 async def test_a_delayed_message_is_invisible_until_due_then_taken_with_the_id_put_returned(stack, unique_name):
@@ -66,12 +66,23 @@ async def test_a_message_past_its_deadline_is_never_delivered_and_counts_as_expi
 
 async def test_a_message_taken_before_its_deadline_stays_with_its_worker(stack, unique_name):
     creds = make_queue(stack, unique_name, visibility_timeout_seconds=30)
-    async with connect(creds) as queue:
-        await queue.put("job", ttl_s=1)
+    async with connect(creds) as queue, control_connection(stack) as nc:
+        js = nc.jetstream()
+
+        async def notes() -> int:  # the queue's deadline notes the control plane has not dealt with yet
+            info = await js.stream_info(NOTES_STREAM, subjects_filter=notes_subject(creds["username"]))
+            return sum((info.state.subjects or {}).values())
+
+        async def dealt_with() -> bool:  # at the deadline the control plane checks it, then deletes its note
+            return await notes() == 0
+
+        await queue.put("job", ttl_s=2)
+        assert await notes() == 1  # put returns once its deadline note is stored
         message = await queue.get(timeout_s=2)
         assert message is not None
-        await asyncio.sleep(1.5)  # the deadline passes while it is being worked on
-        await message.ack()  # still this worker's: no error
+        await eventually(dealt_with)  # the deadline came while it was being worked on,
+        assert message.deadline is not None and message.deadline <= datetime.now(UTC)
+        await message.ack()  # and the control plane left it to its worker: no error
         assert (await queue.metrics())["expired"] == 0
 
 
