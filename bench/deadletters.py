@@ -11,7 +11,16 @@ like: the same number of queues, messages, pacing and connections (two a queue, 
 pull nearly always waiting: the failing worker and its DLQ's worker; two workers on the plain
 queue, either nacking a first receive or taking a redelivery). The two run one after the other,
 which first alternating round by round (MIN_ROUNDS rounds); the samples of all rounds are pooled
-and a percentile is only reported from enough of them (bench.samples_for).
+and a percentile is only reported from enough of them (bench.samples_for). Every queue's two
+connections are opened before its messages are sent, a few at a time (hundreds of app connects
+at once overrun the auth callout): the clock measures moves, not connects.
+
+By way in. The mover logs each batch it moves naming how it learnt of it (``advisory``, ``sweep``;
+the stack logs at info), so each sample is split by the way that moved it first. With many queues
+a third case runs in the same rotation, ``idle``: each worker takes its queue's messages once, nacks
+them all and pulls no more, so no advisory comes by itself and the sweep's probe (every
+ENCLAVE_SWEEP_SECONDS, 1 s on bench stacks) is what finds them; it has no baseline (a redelivery
+needs a pull), and its latency is bounded below by the sweep's period.
 
 Redrive. The DLQ is filled with dead letters (published with the headers the mover writes), then
 ``POST …/redrives`` (naming the source queue: letters published by hand carry no signed provenance)
@@ -23,10 +32,14 @@ empties the source (untimed) before each side, which side first alternating.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
+import re
 import statistics
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from enclave_queue.client import connect
 
@@ -51,11 +64,44 @@ from . import (
 NAME = "deadletters"
 
 
-async def _failing_worker(source: dict[str, str], sink: dict[str, str], samples: int,
-                          latencies: list[float]) -> None:
+#: the mover's line for each batch it moved (controller/mover.py), naming the way in
+MOVED_LINE = re.compile(r"messages ([\d,]+) of queue \S+?\.(\S+) (?:moved to|discarded).*\((advisory|sweep|reject)\)")
+PATHS = ("advisory", "sweep")
+CONNECTING = 8  #: app connections opened at the same time before a phase
+
+
+@dataclass
+class Sample:
+    ms: float
+    queue: str  #: the source queue's name
+    seq: int  #: the message's sequence on it
+    receives: int = 1  #: the DLQ worker's receives of it (2: a lease of the DLQ's ran out: not the mover's time)
+
+
+def moved_by(stack: Any) -> dict[tuple[str, int], str]:
+    """Which way in moved each dead letter so far, (source queue, sequence) -> 'advisory' or
+    'sweep', from the mover's log lines (the stack logs at info)."""
+    ways: dict[tuple[str, int], str] = {}
+    for match in MOVED_LINE.finditer(stack.log_path.read_text(errors="replace")):
+        for seq in match.group(1).split(","):
+            ways.setdefault((match.group(2), int(seq)), match.group(3))  # a later copy of it was a no-op
+    return ways
+
+
+async def _dlq_worker(dlq: Any, nacked: dict[str, float], samples: int, got: list[Sample]) -> None:
+    """The DLQ's worker: a pull always waiting; each sample runs from the nack to its receive."""
+    while len(got) < samples:
+        batch = await dlq.receive(batch=10, wait=0.5)
+        arrived = time.perf_counter()
+        got.extend(Sample((arrived - nacked[m.body]) * 1000, m.headers.get("Enclave-Source-Queue", ""),
+                          int(m.headers.get("Enclave-Source-Sequence", 0)), m.receive_count) for m in batch)
+        await dlq.delete_many(batch)
+
+
+async def _failing_worker(queue: Any, dlq: Any, samples: int, got: list[Sample]) -> None:
     """A busy queue whose worker fails every message: a pull is always waiting on the source (as
-    on any busy queue), every message is nacked on its only receive, and a worker on the DLQ
-    takes the dead letters. Each latency runs from the nack to the DLQ worker's receive."""
+    on any busy queue), so the broker's advisory comes at once; every message is nacked on its
+    only receive, and a worker on the DLQ takes the dead letters."""
     nacked: dict[str, float] = {}
     done = asyncio.Event()
 
@@ -65,31 +111,40 @@ async def _failing_worker(source: dict[str, str], sink: dict[str, str], samples:
                 nacked[message.body] = time.perf_counter()
                 await message.nack()
 
-    async def collect(dlq: Any) -> None:
-        while len(latencies_here) < samples:
-            batch = await dlq.receive(batch=10, wait=0.5)
-            arrived = time.perf_counter()
-            latencies_here.extend((arrived - nacked[m.body]) * 1000 for m in batch)
-            await dlq.delete_many(batch)
-        done.set()
-
-    latencies_here: list[float] = []
-    async with connect(source) as queue, connect(sink) as dlq:
-        tasks = [asyncio.create_task(work(queue)), asyncio.create_task(collect(dlq))]
-        for i in range(samples):
-            await queue.send(f"m{i}")
-            await asyncio.sleep(0.05)
-        await asyncio.wait_for(tasks[1], 120)
-        await tasks[0]
-    latencies.extend(latencies_here)
+    here: list[Sample] = []
+    tasks = [asyncio.create_task(work(queue)), asyncio.create_task(_dlq_worker(dlq, nacked, samples, here))]
+    for i in range(samples):
+        await queue.send(f"m{i}")
+        await asyncio.sleep(0.05)
+    await asyncio.wait_for(tasks[1], 120)
+    done.set()
+    await tasks[0]
+    got.extend(here)
 
 
-async def _redelivering_worker(creds: dict[str, str], samples: int, latencies: list[float]) -> None:
+async def _idle_failing_worker(queue: Any, dlq: Any, samples: int, got: list[Sample]) -> None:
+    """A queue whose worker takes its messages once, nacks them all and pulls no more: no pull
+    waits after the last receive, so no advisory comes by itself, and the sweep's probe (every
+    ENCLAVE_SWEEP_SECONDS) is what finds them."""
+    nacked: dict[str, float] = {}
+    here: list[Sample] = []
+    await queue.send_batch([f"m{i}" for i in range(samples)])
+    taken: list[Any] = []
+    while len(taken) < samples:
+        taken += await queue.receive(batch=samples, wait=2)
+    for message in taken:
+        nacked[message.body] = time.perf_counter()
+        await message.nack()
+    await asyncio.wait_for(_dlq_worker(dlq, nacked, samples, here), 120)
+    got.extend(here)
+
+
+async def _redelivering_worker(one: Any, two: Any, samples: int, got: list[Sample]) -> None:
     """The baseline's busy queue: messages sent as to a failing worker's queue, two workers on two
     connections; whichever takes a message on its first receive nacks it, whichever takes it on
     its second records the latency (from the nack) and deletes it."""
     nacked: dict[str, float] = {}
-    latencies_here: list[float] = []
+    here: list[Sample] = []
     done = asyncio.Event()
 
     async def work(queue: Any) -> None:
@@ -101,39 +156,60 @@ async def _redelivering_worker(creds: dict[str, str], samples: int, latencies: l
                     nacked[message.body] = time.perf_counter()
                     await message.nack()
                 else:
-                    latencies_here.append((arrived - nacked[message.body]) * 1000)
+                    here.append(Sample((arrived - nacked[message.body]) * 1000, "", message.sequence))
                     await message.delete()
-            if len(latencies_here) >= samples:
+            if len(here) >= samples:
                 done.set()
 
-    async with connect(creds) as one, connect(creds) as two:
-        tasks = [asyncio.create_task(work(one)), asyncio.create_task(work(two))]
-        for i in range(samples):
-            await one.send(f"m{i}")
-            await asyncio.sleep(0.05)
-        await asyncio.wait_for(done.wait(), 120)
-        await asyncio.gather(*tasks)
-    latencies.extend(latencies_here)
+    tasks = [asyncio.create_task(work(one)), asyncio.create_task(work(two))]
+    for i in range(samples):
+        await one.send(f"m{i}")
+        await asyncio.sleep(0.05)
+    await asyncio.wait_for(done.wait(), 120)
+    await asyncio.gather(*tasks)
+    got.extend(here)
 
 
 async def _phase(kind: str, pairs: list[tuple[dict[str, str], dict[str, str]]], samples: int,
-                 got: list[float]) -> None:
-    """Every queue busy at once: failing its messages into the DLQ, or (the baseline) the DLQs,
-    empty again, as plain queues with no receive limit, redelivering theirs."""
-    if kind == "dead_lettered":
-        await asyncio.gather(*(_failing_worker(s, d, samples, got) for s, d in pairs))
-    else:
-        await asyncio.gather(*(_redelivering_worker(d, samples, got) for _, d in pairs))
+                 got: list[Sample]) -> None:
+    """Every queue at once: failing its messages into the DLQ with a pull waiting ('busy') or
+    none ('idle'), or (the baseline) the DLQs, empty again, as plain queues with no receive limit,
+    redelivering theirs. Two connections a queue either way, opened (a few at a time: hundreds
+    of app connects at once overrun the auth callout) before any message is sent."""
+    worker = {"busy": _failing_worker, "idle": _idle_failing_worker}.get(kind, _redelivering_worker)
+    async with contextlib.AsyncExitStack() as opened:
+        gate = asyncio.Semaphore(CONNECTING)
+
+        async def open_one(creds: dict[str, str]) -> Any:
+            async with gate:
+                return await opened.enter_async_context(connect(creds))
+
+        two = [(s, d) if kind != "redelivered" else (d, d) for s, d in pairs]
+        queues = await asyncio.gather(*(asyncio.gather(open_one(a), open_one(b)) for a, b in two))
+        await asyncio.gather(*(worker(a, b, samples, got) for a, b in queues))
 
 
-def latency(report: Report, quick: bool) -> None:
+def _add_percentiles(report: Report, case: str, values: list[float], base: Optional[list[float]], q: int,
+                     target: str = "", note: str = "") -> None:
+    value = checked_percentile(values, q)
+    baseline = checked_percentile(base, q) if base is not None else None
+    if value is None or (base is not None and baseline is None):
+        say(f"deadletters: no p{q} for {case}: {len(values)} samples, {samples_for(q)} needed")
+        return
+    report.add(f"{case}, p{q}", value, "ms", baseline=baseline, target=target, note=note,
+               baseline_case=f"nack -> redelivered on as many busy queues, p{q}" if base is not None else "")
+
+
+def latency(report: Report, quick: bool, queues: Optional[list[int]] = None) -> None:
     rounds = 2 if quick else MIN_ROUNDS
-    for busy in (1, 10) if quick else (1, 100):
-        samples = 5 if quick else (100 if busy == 1 else 5)  #: messages per queue per round
-        say(f"deadletters: latency with {busy} busy queue(s), {samples} message(s) each, {rounds} rounds")
-        pooled: dict[str, list[float]] = {"dead_lettered": [], "redelivered": []}
-        round_p50: dict[str, list[float]] = {"dead_lettered": [], "redelivered": []}
-        with enclave_stack() as stack:
+    for busy in queues or ((1, 10) if quick else (1, 100)):
+        samples = 5 if quick or busy > 1 else 100  #: messages per queue per round
+        # the idle case waits for the sweep, about a second a message with one queue: only many at once
+        kinds = ["busy", "redelivered", *(["idle"] if busy > 1 else [])]
+        say(f"deadletters: latency with {busy} queue(s), {samples} message(s) each, {rounds} rounds: {kinds}")
+        pooled: dict[str, list[Sample]] = {kind: [] for kind in kinds}
+        round_p50: dict[str, list[float]] = {kind: [] for kind in kinds}
+        with enclave_stack(env={"ENCLAVE_LOG_LEVEL": "info"}) as stack:  # info: the mover names each way in
             pairs = []
             for i in range(busy):
                 dlq = new_queue(stack, f"dlq-{i}")
@@ -142,26 +218,42 @@ def latency(report: Report, quick: bool) -> None:
                 pairs.append((source, dlq))
             quiet(stack)
             for r in range(rounds):
-                for kind in round_order(r, list(pooled)):
-                    got: list[float] = []
+                for kind in round_order(r, kinds):
+                    got: list[Sample] = []
                     asyncio.run(_phase(kind, pairs, samples, got))
                     pooled[kind] += got
-                    round_p50[kind].append(percentile(got, 50))
+                    round_p50[kind].append(percentile([s.ms for s in got], 50))
                     quiet(stack)
-        moved, redelivered = pooled["dead_lettered"], pooled["redelivered"]
+            ways = moved_by(stack)
+        ms = {kind: [s.ms for s in found] for kind, found in pooled.items()}
+        redelivered = ms["redelivered"]
+        by_path: dict[str, dict[str, list[float]]] = {}
+        for kind in ("busy", "idle"):
+            for sample in pooled.get(kind, []):
+                path = ways.get((sample.queue, sample.seq), "unknown")
+                by_path.setdefault(kind, {}).setdefault(path, []).append(sample.ms)
         for q in (50, 99):
-            value, base = checked_percentile(moved, q), checked_percentile(redelivered, q)
-            if value is None or base is None:
-                say(f"deadletters: no p{q} for {busy} queue(s): {len(moved)} samples, {samples_for(q)} needed")
-                continue
-            note = f"{len(moved)} and {len(redelivered)} samples pooled over {rounds} rounds"
+            target = ("value <= 100" if q == 50 else "value <= 500") if busy >= 100 else ""
+            again = sum(sample.receives > 1 for sample in pooled["busy"])
+            note = (f"{len(ms['busy'])} and {len(redelivered)} samples pooled over {rounds} rounds; by way in: "
+                    + ", ".join(f"{path} {len(v)}" for path, v in sorted(by_path["busy"].items()))
+                    + f"; {again} reached the DLQ worker on a redelivery of the DLQ")
             if q == 50:
-                note += "; p50 per round: " + paired(round_p50["dead_lettered"], round_p50["redelivered"], "ms")
-            report.add(f"nack of last receive -> on DLQ, p{q}, {busy} busy queue(s)", value, "ms", baseline=base,
-                       baseline_case=f"nack -> redelivered on as many busy queues, p{q}", note=note)
-        report.info[f"latency_ms_{busy}"] = {"dead_lettered": [round(x, 1) for x in sorted(moved)],
-                                             "redelivered": [round(x, 1) for x in sorted(redelivered)],
-                                             "round_p50_ms": {k: [round(x, 1) for x in v] for k, v in round_p50.items()}}
+                note += "; p50 per round: " + paired(round_p50["busy"], round_p50["redelivered"], "ms")
+            _add_percentiles(report, f"nack of last receive -> on DLQ, {busy} busy queue(s)", ms["busy"],
+                             redelivered, q, target, note)
+            for kind in ("busy", "idle"):
+                for path in PATHS:
+                    values = by_path.get(kind, {}).get(path, [])
+                    if values and (kind == "idle" or path == "advisory" or len(values) >= samples_for(q)):
+                        _add_percentiles(report, f"  {kind}, moved by the {path}, {busy} queue(s)", values, None, q,
+                                         note=f"{len(values)} samples; " + (
+                                             "no pull waits: found by the sweep's probe (ENCLAVE_SWEEP_SECONDS=1)"
+                                             if kind == "idle" else "a pull always waits"))
+        report.info[f"latency_ms_{busy}"] = {
+            kind: {path: [round(x, 1) for x in sorted(v)] for path, v in paths.items()} for kind, paths in by_path.items()}
+        report.info[f"latency_ms_{busy}"]["redelivered"] = [round(x, 1) for x in sorted(redelivered)]
+        report.info[f"latency_ms_{busy}"]["round_p50_ms"] = {k: [round(x, 1) for x in v] for k, v in round_p50.items()}
 
 
 async def _fill(dlq: dict[str, str], source_name: str, count: int) -> None:
@@ -249,12 +341,19 @@ def redrive(report: Report, quick: bool) -> None:
     report.info["redrive"] = {"count": count, "msgs_per_s": {k: [round(v) for v in vs] for k, vs in rates.items()}}
 
 
-def run(quick: bool) -> list[Report]:
+def run(quick: bool, queues: Optional[list[int]] = None, no_redrive: bool = False) -> list[Report]:
     report = Report(NAME, quick)
-    latency(report, quick)
-    redrive(report, quick)
+    latency(report, quick, queues)
+    if not no_redrive:
+        redrive(report, quick)
     return report.done()
 
 
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--queues", type=int, nargs="+", help="the numbers of queues failing at once to measure "
+                                                               "(default 1 and 100; --quick: 1 and 10)")
+    parser.add_argument("--no-redrive", action="store_true", help="measure the latency only")
+
+
 if __name__ == "__main__":
-    main(run, "bench.deadletters")
+    main(run, "bench.deadletters", _options)

@@ -5,8 +5,8 @@ account (account claims pushed, server stats), one in the control account (the K
 and the control plane's own streams) and one in the AUTH account (the auth callout). A queue
 account is reached as a user of that account, from a bounded pool (broker/pool.py):
 ``queue_js(id)`` for its JetStream API, ``account(id)`` to hold its connection for a while,
-``publish_into`` for a publish into the queue with its PubAck. Beside them: a delete of one
-message and the creation of a control stream. Requests that find no responders (a queue account
+``publish_into`` for a publish into the queue with its PubAck (``publish_many_into`` for many at
+once). Beside them: a delete of one message and the creation of a control stream. Requests that find no responders (a queue account
 the broker is still loading) are tried again (retry.py).
 """
 
@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import nats
@@ -67,6 +68,20 @@ async def publish_into(conn: BrokerConnection, queue_id: str, subject: str, body
     async with conn.account(queue_id) as nc:
         reply = await retry_unavailable(lambda: nc.request(subject, body, timeout=timeout, headers=headers or None))
     return json.loads(reply.data)
+
+
+async def publish_many_into(conn: BrokerConnection, queue_id: str, subject: str,
+                            messages: Sequence[tuple[bytes, dict[str, str]]],
+                            timeout: float = PUBLISH_TIMEOUT) -> list[dict[str, Any] | BaseException]:
+    """``publish_into`` for many ``(body, headers)`` at once: published back to back on the queue
+    account's connection and their PubAcks awaited together, so a batch costs one round trip, not
+    one a message. Each answer in order: the broker's, or the exception that publish raised."""
+    async with conn.account(queue_id) as nc:
+        async def one(body: bytes, headers: dict[str, str]) -> dict[str, Any]:
+            reply = await retry_unavailable(lambda: nc.request(subject, body, timeout=timeout, headers=headers or None))
+            return json.loads(reply.data)
+
+        return await asyncio.gather(*(one(body, headers) for body, headers in messages), return_exceptions=True)
 
 
 def stored_seq(answer: dict[str, Any], spec: QueueSpec) -> int:

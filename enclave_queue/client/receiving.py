@@ -67,6 +67,10 @@ class Receiving:
         deadline = loop.time() + wait
         answer_by = max(deadline, loop.time() + NO_WAIT_ANSWER)  # a broker down all the while: back by then
         if levels == (0,):
+            if batch == 1 and wait >= MIN_SLICE:
+                # a waiting pull of one returns as soon as one is there: asking without waiting first
+                # would only cost a waiting worker (get) a round trip per message
+                return await self._arrive(await pull(session, 1, wait=wait), lease_s)
             msgs = await pull(session, batch, answer_by=answer_by)
             if not msgs and deadline - loop.time() >= MIN_SLICE:
                 msgs = await pull(session, 1, wait=deadline - loop.time())

@@ -12,19 +12,28 @@ request is waiting. So there are two ways in:
   which makes the server retire exhausted messages (and emit their advisories) while it can
   deliver nothing (measured: it answers 409 and leases nothing; redeliveries are not lost).
   Then, if the consumer has nothing in flight, every message still in the stream at or below
-  the last delivered sequence is dead and is moved directly.
+  the last delivered sequence is dead and is moved directly. A queue whose consumers delivered
+  and settled nothing since a sweep that left nothing behind cannot have a new dead message: the
+  sweep reads every queue's consumers in one system-account request (no connection into the
+  account) and probes only the queues that changed.
 
 A move: read the message by sequence; publish it to the DLQ with a ``Nats-Msg-Id`` that is a MAC
 of the queue id and the sequence (a repeated move within the DLQ's dedupe window stores nothing
 new, and no app can guess the id to pre-empt it) and headers naming the source, the receive
 count, the first enqueue time, the last error the app reported and when it was dead-lettered,
 signed with an ``Enclave-Provenance`` MAC (auth/provenance.py); then count it (once: a repeated
-move counts nothing again); then delete it from the source; then ack the advisory. A queue without a DLQ has the message discarded after its last receive,
-counted as discarded.
+move counts nothing again); then delete it from the source; then ack the advisory. A queue
+without a DLQ has the message discarded after its last receive, counted as discarded.
+
+Moves are made a queue's batch at a time (under load most round trips are waits, not work): the
+dead letters of one queue waiting to be moved are read with one batched direct get, published
+to the DLQ back to back with their PubAcks awaited together, counted with one compare-and-set,
+and deleted with one delete each, sent together. Queues are moved side by side, MOVING_QUEUES at a time, so one slow queue
+holds up only its own letters; advisories are taken as they come, up to IN_FLIGHT unsettled.
 
 The last error is the note an app left for the message (state/notes.py; the stream and its
 bounds: errornotes.py). ``reject`` asks this process (``enclave.reject`` -> ``deadletter.<id>``)
-to move a message at once.
+to move a message at once; concurrent rejects of a queue are batched like advisories.
 """
 
 from __future__ import annotations
@@ -34,18 +43,22 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Optional
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
 from .. import envelope
 from ..auth.provenance import Provenance
 from ..broker.config import CONTROL_STREAM_BYTES
-from ..broker.connection import BrokerConnection, delete_message, ensure_stream, publish_into, stored_seq
+from ..broker.connection import BrokerConnection, delete_message, ensure_stream, publish_many_into, stored_seq
+from ..broker.direct import Stored, direct_batch, direct_get_subject
 from ..envelope import (
     DEAD_LETTERED_AT,
     FIRST_ENQUEUED,
@@ -56,8 +69,9 @@ from ..envelope import (
     SOURCE_SEQUENCE,
     clean_headers,
     one_line,
+    parse_time,
 )
-from ..errors import EnclaveError
+from ..errors import Conflict, EnclaveError
 from ..names import (
     ADVISORY_STREAM,
     LANES,
@@ -70,10 +84,10 @@ from ..names import (
 from ..recent import Recent
 from ..retry import retry_unavailable
 from ..spec import subject_for
-from ..state.kv import Store
+from ..state.kv import RECENT_EVENTS, Store
 from ..state.notes import drop_note, last_error, write_note
 from ..state.queries import QueueIndex, dead_letter_queue_of
-from ..state.records import QueueRecord
+from ..state.records import QueueCounters, QueueRecord
 
 log = logging.getLogger("enclave.deadletters")
 
@@ -86,6 +100,20 @@ PROBE = json.dumps({"batch": 1, "no_wait": True, "max_bytes": 1}).encode()
 #: the dead-letter queue and the count, "exit-after-dead-letter-count" between the count and the
 #: delete from the source, as a crash would
 FAULT = os.environ.get("ENCLAVE_FAULT", "")
+#: dead letters of one queue moved together; their count tokens must fit in the counters' memory
+MOVE_BATCH = min(64, RECENT_EVENTS // 2)
+MOVING_QUEUES = 32  #: queues whose batches are moved at the same time (two pooled connections each)
+#: advisories taken and not yet acked: below the advisory consumer's max_ack_pending (1000), so a
+#: restart of this loop never finds the broker holding advisories back
+IN_FLIGHT = 512
+FETCH_BATCH = 256  #: advisories asked for by one pull request
+PULL_SECONDS = 5.0  #: how long a pull request for advisories stays open
+READ_BYTES = 8 * 1024 * 1024  #: at most this much of a batch read in one direct get
+SWEEP_PARALLEL = 8  #: queues swept at the same time
+#: tries of a batch whose lease of a pooled connection failed with a KeyError: broker/pool.py's
+#: ``_trim`` pops a connection another trim popped while it awaited a close (seen under load with
+#: more queue accounts than the pool holds); the batch is safe to repeat, so it is, at once
+POOL_RACES = 3
 
 
 class MoveError(EnclaveError):
@@ -93,9 +121,25 @@ class MoveError(EnclaveError):
     the move is tried again."""
 
 
-def stored_at(msg: api.RawStreamMsg) -> str:
-    when = msg.time or datetime.now(UTC)
-    return when.astimezone(UTC).isoformat()
+@dataclass(frozen=True)
+class Dead:
+    """A message to move, with what its way in knows of it."""
+
+    seq: int
+    receive_count: Optional[int] = None  #: the advisory's or the consumer's; else the queue's max_receives
+    error: Optional[str] = None  #: a reject's reason (else the note the app left)
+
+
+@dataclass
+class _Waiting:
+    """A queue's dead letters waiting for their batch, each with the future its caller awaits."""
+
+    record: QueueRecord  #: the newest record a caller brought (a changed DLQ applies to the next batch)
+    items: list[tuple[Dead, asyncio.Future[str]]] = field(default_factory=list)
+
+
+Read = dict[int, Stored]  #: a batch's messages, read already, by sequence
+Outcome = str | BaseException  #: 'moved', 'discarded', 'gone', or why the move failed
 
 
 class Mover:
@@ -112,7 +156,17 @@ class Mover:
         self.moved = 0
         self.discarded = 0
         self._locks: dict[str, asyncio.Lock] = {}
+        #: per (queue id, way in): the dead letters waiting for a batch, and the task moving them
+        self._waiting: dict[tuple[str, str], _Waiting] = {}
+        self._movers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(MOVING_QUEUES)
+        self._taken = 0  #: advisories fetched and not yet acked or nakked
+        self._room = asyncio.Event()
+        #: per queue id, its consumers' activity when a sweep last left it with nothing dead or in
+        #: flight: while it reads the same, the queue cannot have a new dead message
+        self._quiet: dict[str, tuple[Any, ...]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._running: set[asyncio.Task[Any]] = set()
         self._sub: Any = None
         self._advisory_sub: Any = None
 
@@ -140,114 +194,287 @@ class Mover:
             if sub is not None:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._running, *self._movers.values()]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        for waiting in self._waiting.values():
+            for _, future in waiting.items:
+                future.cancel()
 
     def forget(self, queue_id: str) -> None:
         """A queue was deleted: nothing of it is moved any more."""
         self._locks.pop(queue_id, None)
+        self._quiet.pop(queue_id, None)
+
+    def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
 
     # -- moving ---------------------------------------------------------------------------------
 
     async def move(self, record: QueueRecord, seq: int, receive_count: Optional[int] = None,
                    error: Optional[str] = None) -> str:
-        """Move message ``seq`` of ``record``'s queue to its DLQ (or discard it if it has none).
-        Returns 'moved', 'discarded' or 'gone' (no such message any more). Safe to repeat."""
-        lock = self._locks.setdefault(record.id, asyncio.Lock())
-        async with lock:
-            return await self._move(record, seq, receive_count, error)
+        """Move message ``seq`` of ``record``'s queue to its DLQ (or discard it if it has none),
+        in a batch with the queue's other rejects. Returns 'moved', 'discarded' or 'gone' (no such
+        message any more); MoveError (or the broker's error) if it stays put. Safe to repeat."""
+        return await self._submit(record, Dead(seq, receive_count, error), "reject")
 
-    async def _move(self, record: QueueRecord, seq: int, receive_count: Optional[int], error: Optional[str]) -> str:
-        source = self.conn.queue_js(record.id)
-        stream = stream_name(record.id)
+    def _submit(self, record: QueueRecord, dead: Dead, how: str) -> asyncio.Future[str]:
+        """Queue ``dead`` for the next batch of its queue (``how`` it came: 'advisory', 'reject');
+        the future of its outcome."""
+        key = (record.id, how)
+        waiting = self._waiting.get(key)
+        if waiting is None:
+            waiting = self._waiting[key] = _Waiting(record)
+        waiting.record = record
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        waiting.items.append((dead, future))
+        if key not in self._movers:
+            self._movers[key] = asyncio.create_task(self._move_waiting(key), name=f"deadletters-{how}:{record.id}")
+        return future
+
+    async def _move_waiting(self, key: tuple[str, str]) -> None:
+        """Move a queue's waiting dead letters, a batch at a time, until none wait. A batch is
+        taken once a slot is free, so what arrived meanwhile goes with it."""
         try:
-            msg = await retry_unavailable(lambda: source.get_msg(stream, seq=seq, direct=True))
-        except nats.js.errors.NotFoundError:
-            return "gone"
+            while (waiting := self._waiting.get(key)) is not None and waiting.items:
+                async with self._slots:
+                    taken, waiting.items = waiting.items[:MOVE_BATCH], waiting.items[MOVE_BATCH:]
+                    try:
+                        outcomes = await self.move_batch(waiting.record, [dead for dead, _ in taken], key[1])
+                    except Exception as exc:  # the batch as a whole (the broker did not answer, say)
+                        outcomes = {dead.seq: exc for dead, _ in taken}
+                for dead, future in taken:
+                    outcome = outcomes[dead.seq]
+                    if future.done():
+                        continue
+                    if isinstance(outcome, BaseException):
+                        future.set_exception(outcome)
+                    else:
+                        future.set_result(outcome)
+        finally:  # no await from the last look at the items to here: nothing can be left behind
+            self._movers.pop(key, None)
+            if (waiting := self._waiting.get(key)) is not None and not waiting.items:
+                del self._waiting[key]
+
+    async def move_batch(self, record: QueueRecord, dead: list[Dead], how: str,
+                         read: Optional[Read] = None) -> dict[int, Outcome]:
+        """Move messages of ``record``'s queue to its DLQ (or discard them if it has none), as one
+        batch; ``read``: the messages, read already. The outcome of each sequence. Safe to repeat."""
+        lock = self._locks.setdefault(record.id, asyncio.Lock())
+        for attempt in range(POOL_RACES):
+            try:
+                async with lock, self.conn.account(record.id) as nc:
+                    return await self._move_batch(nc, record, {d.seq: d for d in dead}, how, read)
+            except KeyError:  # broker/pool.py: two trims of the pool raced over one connection
+                if attempt == POOL_RACES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _move_batch(self, nc: Client, record: QueueRecord, dead: dict[int, Dead], how: str,
+                          read: Optional[Read]) -> dict[int, Outcome]:
         spec = record.spec
-        own = dict(msg.headers or {})
-        noted_as = envelope.message_id(own, seq)  #: error notes are kept by message id
-        noted: Optional[str] = None
+        stream = stream_name(record.id)
+        found = read if read is not None else await _read(nc, stream, sorted(dead))
+        outcomes: dict[int, Outcome] = {seq: "gone" for seq in dead if seq not in found}
+        letters = [found[seq] for seq in sorted(found)]
+        if not letters:
+            return outcomes
         if spec.dead_letter_queue:
-            dlq = await dead_letter_queue_of(self.store, record)
-            if dlq is None:
-                raise MoveError(f"Dead-letter queue '{spec.dead_letter_queue}' of queue '{spec.name}' does not exist.")
-            noted = await last_error(self.conn.js, record.id, noted_as)
-            reason = error if error is not None else noted
-            headers = {
-                **clean_headers(msg.headers),
-                "Nats-Msg-Id": self.provenance.move_id(record.id, seq),
-                SOURCE_QUEUE: spec.name,
-                SOURCE_PROJECT: spec.project,
-                SOURCE_SEQUENCE: str(seq),
-                RECEIVE_COUNT: str((receive_count if receive_count is not None else spec.max_receives)
-                                   + envelope.prior_attempts(own)),
-                FIRST_ENQUEUED: own.get(envelope.ENQUEUED_AT) or stored_at(msg),
-                DEAD_LETTERED_AT: datetime.now(UTC).isoformat(),
-            }
-            if reason:
-                headers[LAST_ERROR] = one_line(reason)
-            headers = self.provenance.sign(dlq.id, headers, msg.data or b"")
-            subject = subject_for(dlq.spec.project, dlq.spec.name)
-            stored_seq(await publish_into(self.conn, dlq.id, subject, msg.data or b"", headers), dlq.spec)
+            failed, noted = await self._copy(record, letters, dead)
             if FAULT == "exit-after-dlq-publish":
                 os._exit(70)
             outcome = "moved"
         else:
+            failed, noted = {}, [envelope.message_id(letter.headers, letter.sequence) for letter in letters]
             outcome = "discarded"
+        outcomes.update(failed)
+        done = [letter.sequence for letter in letters if letter.sequence not in failed]
+        if not done:
+            return outcomes
         # counted before the delete, once: a move cut short after the count and repeated finds the
-        # message still there and counts nothing again; one cut short before it counts it then
-        await self.store.count(record.key, "dead_lettered" if outcome == "moved" else "discarded",
-                               once=f"move:{seq}")
+        # messages still there and counts nothing again; one cut short before it counts them then
+        await self._count_once(record.key, "dead_lettered" if outcome == "moved" else "discarded", done)
         if FAULT == "exit-after-dead-letter-count":
             os._exit(70)
-        await delete_message(source, stream, seq)
-        if spec.dead_letter_queue is None or noted is not None:  # the note has served; without a DLQ, unread
-            await drop_note(self.conn.js, record.id, noted_as)
+        # one delete each, sent together: a purge below the last would be one write, but nats-server
+        # 2.15 then drops every nak'd message below the consumer's next sequence from its redelivery
+        # queue (consumer.purge), and those wait out their visibility timeout (measured: 30 s)
+        js = nc.jetstream(timeout=5)
+        await asyncio.gather(*(delete_message(js, stream, seq) for seq in done))
+        # the notes have served; without a DLQ, unread
+        await asyncio.gather(*(drop_note(self.conn.js, record.id, noted_as) for noted_as in noted))
         if outcome == "moved":
-            self.moved += 1
+            self.moved += len(done)
         else:
-            self.discarded += 1
-        log.info("message %d of queue %s %s", seq, record.key,
-                 f"moved to {spec.dead_letter_queue}" if outcome == "moved" else "discarded (no dead-letter queue)")
-        return outcome
+            self.discarded += len(done)
+        log.info("messages %s of queue %s %s (%s)", ",".join(map(str, done)), record.key,
+                 f"moved to {spec.dead_letter_queue}" if outcome == "moved" else "discarded (no dead-letter queue)",
+                 how)
+        return {**outcomes, **dict.fromkeys(done, outcome)}
+
+    async def _copy(self, record: QueueRecord, letters: list[Stored],
+                    dead: dict[int, Dead]) -> tuple[dict[int, BaseException], list[int]]:
+        """Publish ``letters`` to the queue's DLQ, back to back, their PubAcks awaited together.
+        Returns why each that was not stored failed, and the message ids whose notes it carried."""
+        spec = record.spec
+        dlq = await dead_letter_queue_of(self.store, record)
+        if dlq is None:
+            error = MoveError(f"Dead-letter queue '{spec.dead_letter_queue}' of queue '{spec.name}' does not exist.")
+            return dict.fromkeys((letter.sequence for letter in letters), error), []
+        ids = [envelope.message_id(letter.headers, letter.sequence) for letter in letters]  #: notes are kept by id
+        notes = await asyncio.gather(*(last_error(self.conn.js, record.id, noted_as) for noted_as in ids))
+        now = datetime.now(UTC).isoformat()
+        messages = []
+        for letter, noted in zip(letters, notes, strict=True):
+            seq, given = letter.sequence, dead[letter.sequence]
+            reason = given.error if given.error is not None else noted
+            headers = {
+                **clean_headers(letter.headers),
+                "Nats-Msg-Id": self.provenance.move_id(record.id, seq),
+                SOURCE_QUEUE: spec.name,
+                SOURCE_PROJECT: spec.project,
+                SOURCE_SEQUENCE: str(seq),
+                RECEIVE_COUNT: str((given.receive_count if given.receive_count is not None else spec.max_receives)
+                                   + envelope.prior_attempts(letter.headers)),
+                FIRST_ENQUEUED: letter.headers.get(envelope.ENQUEUED_AT) or _stored_time(letter),
+                DEAD_LETTERED_AT: now,
+            }
+            if reason:
+                headers[LAST_ERROR] = one_line(reason)
+            messages.append((letter.data, self.provenance.sign(dlq.id, headers, letter.data)))
+        answers = await publish_many_into(self.conn, dlq.id, subject_for(dlq.spec.project, dlq.spec.name), messages)
+        failed: dict[int, BaseException] = {}
+        for letter, answer in zip(letters, answers, strict=True):
+            try:
+                if isinstance(answer, BaseException):
+                    raise answer
+                stored_seq(answer, dlq.spec)
+            except Exception as exc:  # QueueFull, a timeout: this one stays put and is tried again
+                failed[letter.sequence] = exc
+        return failed, [noted_as for letter, noted_as, noted in zip(letters, ids, notes, strict=True)
+                        if noted is not None and letter.sequence not in failed]
+
+    async def _count_once(self, key: str, counter: str, seqs: list[int]) -> None:
+        """``Store.count(key, counter, once="move:<seq>")`` for many moves in one compare-and-set:
+        the moves counted already (a batch repeated after a crash) are not counted again."""
+        while True:
+            found = await self.store.counters.get(key)
+            current = found[0] if found else QueueCounters()
+            events = [event for event in dict.fromkeys(f"move:{seq}" for seq in seqs) if event not in current.recent]
+            if not events:
+                return
+            changed = current.model_copy(update={counter: getattr(current, counter) + len(events),
+                                                  "recent": (*current.recent, *events)[-RECENT_EVENTS:]})
+            try:
+                if found is None:
+                    await self.store.counters.create(key, changed)
+                else:
+                    await self.store.counters.update(key, changed, found[1])
+                return
+            except Conflict:
+                continue
 
     # -- the three ways in ----------------------------------------------------------------------
 
     async def _advisories(self) -> None:
-        """Work through the MAX_DELIVERIES advisories, oldest first."""
+        """Take the MAX_DELIVERIES advisories as they come, up to IN_FLIGHT unsettled, and hand
+        what arrived together to their queues' batches: a slow queue holds up no other. (nats-py's
+        ``fetch`` waits for a whole batch or its timeout once the first advisory is in, seconds of
+        head-of-line wait under a trickle; this keeps one pull request open and takes each arrival.)"""
         while True:
             try:
-                sub = self._advisory_sub = await retry_unavailable(
-                    lambda: self.conn.js.pull_subscribe_bind(MOVER, stream=ADVISORY_STREAM))
-                while True:
-                    try:
-                        batch = await sub.fetch(50, timeout=5)
-                    except (nats.errors.TimeoutError, TimeoutError):  # nats-py raises either when nothing came
-                        continue
-                    # queues in parallel; each queue's moves are serialised by its lock
-                    await asyncio.gather(*(self._handle_advisory(advisory) for advisory in batch))
+                await self._pull_advisories()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the broker restarting, say: start over
                 log.warning("advisory consumer interrupted (%s); restarting it", exc)
                 await asyncio.sleep(1)
 
-    async def _handle_advisory(self, advisory: Msg) -> None:
-        queue_id, kind = advisory.subject.split(".")[1:3]
+    async def _pull_advisories(self) -> None:
+        nc = self.conn.control
+        arrived: list[Msg] = []
+        ended: list[str] = []  #: the status that ended the open pull request (408: expired)
+        woken = asyncio.Event()
+
+        async def on_message(msg: Msg) -> None:
+            status = (msg.headers or {}).get("Status")
+            if status is None:
+                arrived.append(msg)
+            elif status != "100":  # 408: expired; 409: refused (the consumer is gone, a limit)
+                ended.append(status)
+            woken.set()
+
+        inbox = nc.new_inbox()
+        sub = self._advisory_sub = await nc.subscribe(inbox, cb=on_message)
+        loop = asyncio.get_running_loop()
         try:
-            if kind.lower() == "max_deliveries":  # earlier versions stored adv.<id>.max_deliveries
+            while True:
+                while self._taken >= IN_FLIGHT:
+                    self._room.clear()
+                    await self._room.wait()
+                asked = min(FETCH_BATCH, IN_FLIGHT - self._taken)
+                ended.clear()
+                await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{ADVISORY_STREAM}.{MOVER}",
+                                 json.dumps({"batch": asked, "expires": int(PULL_SECONDS * 1e9)}).encode(), reply=inbox)
+                until = loop.time() + PULL_SECONDS + 1  # the broker's end of the request, or a lost one's
+                while True:
+                    batch, arrived[:] = list(arrived), []
+                    asked -= len(batch)
+                    self._take(batch)
+                    if asked <= 0 or ended or loop.time() >= until:
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(woken.wait(), until - loop.time())
+                    woken.clear()
+                if ended and ended[0] != "408":
+                    await asyncio.sleep(1)  # refused: ask again in a moment
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    def _take(self, advisories: list[Msg]) -> None:
+        """Hand advisories that arrived together to their queues, one task a queue."""
+        self._taken += len(advisories)
+        by_queue: dict[str, list[Msg]] = {}
+        for advisory in advisories:
+            by_queue.setdefault(advisory.subject.split(".")[1], []).append(advisory)
+        for queue_id, mine in by_queue.items():
+            self._spawn(self._queue_advisories(queue_id, mine), f"deadletters-advisories:{queue_id}")
+
+    async def _queue_advisories(self, queue_id: str, advisories: list[Msg]) -> None:
+        """One queue's advisories of a fetch: its record read once, each advisory acked once its
+        message is moved (or gone), nakked to come again if the move failed."""
+        try:
+            record: Optional[QueueRecord] = await self.index.record_of(queue_id)
+        except Exception as exc:
+            record, failure = None, exc
+        else:
+            failure = None
+        await asyncio.gather(*(self._advisory(record, advisory, failure) for advisory in advisories))
+
+    async def _advisory(self, record: Optional[QueueRecord], advisory: Msg, failure: Optional[Exception]) -> None:
+        try:
+            if failure is not None:
+                raise failure
+            kind = advisory.subject.split(".")[2]
+            if kind.lower() == "max_deliveries" and record is not None and not record.deleting:
+                # earlier versions stored adv.<id>.max_deliveries
                 body = json.loads(advisory.data)
-                record = await self.index.record_of(queue_id)
-                if record is not None and not record.deleting:
-                    await self.move(record, int(body["stream_seq"]), int(body.get("deliveries") or 0) or None)
+                dead = Dead(int(body["stream_seq"]), int(body.get("deliveries") or 0) or None)
+                await self._submit(record, dead, "advisory")
             await advisory.ack()
         except Exception as exc:
             log.warning("dead letter from advisory %s not moved yet: %s", advisory.subject, exc)
-            await advisory.nak(delay=2)
+            with contextlib.suppress(nats.errors.Error):
+                await advisory.nak(delay=2)
+        finally:
+            self._taken -= 1
+            self._room.set()
 
     async def _sweeps(self) -> None:
         while True:
@@ -261,24 +488,59 @@ class Mover:
 
     async def sweep(self) -> int:
         """Move every dead message whose advisory never came; returns how many were moved."""
-        count = 0
-        for _, record, _ in await self.store.queues.items():
-            if record.deleting or not record.spec.max_receives:
-                continue
-            try:
-                count += await self.sweep_queue(record)
-            except (nats.errors.Error, EnclaveError) as exc:
-                log.info("sweep of %s skipped: %s", record.key, exc)
-        return count
+        records = [record for _, record, _ in await self.store.queues.items()
+                   if not record.deleting and record.spec.max_receives]
+        for queue_id in self._quiet.keys() - {record.id for record in records}:
+            del self._quiet[queue_id]
+        gate = asyncio.Semaphore(SWEEP_PARALLEL)
+
+        async def one(record: QueueRecord) -> int:
+            async with gate:
+                try:
+                    return await self.sweep_queue(record)
+                except (nats.errors.Error, EnclaveError) as exc:
+                    log.info("sweep of %s skipped: %s", record.key, exc)
+                    return 0
+
+        return sum(await asyncio.gather(*(one(record) for record in records)))
 
     async def sweep_queue(self, record: QueueRecord) -> int:
-        count = 0
+        """The sweep of one queue, all its lanes; how many it moved. Nothing is asked of the
+        queue's account while its consumers read as they did when a sweep last left it clean."""
+        seen = await self._activity(record)
+        if seen is not None and self._quiet.get(record.id) == seen:
+            return 0
+        count, clean = 0, True
         for level in (0, *(LANES if record.spec.priorities else ())):
-            count += await self._sweep_lane(record, level)
+            moved, lane_clean = await self._sweep_lane(record, level)
+            count, clean = count + moved, clean and lane_clean
+        if not clean:
+            self._quiet.pop(record.id, None)
+        elif (now := seen if not count else await self._activity(record)) is not None:
+            self._quiet[record.id] = now
         return count
 
-    async def _sweep_lane(self, record: QueueRecord, level: int) -> int:
-        """The sweep of one consumer: the queue's own (level 0) or a priority lane's."""
+    async def _activity(self, record: QueueRecord) -> Optional[tuple[Any, ...]]:
+        """What the queue's consumers have delivered and settled, from one system-account request
+        (no connection into the queue's account); any delivery, settle or new limit changes it.
+        None if the broker does not say."""
+        try:
+            body = await self.conn.account_jsz(record.id)
+        except EnclaveError:
+            return None
+        for stream in body.get("stream_detail") or []:
+            if stream.get("name") == stream_name(record.id):
+                consumers = sorted(
+                    (str(c.get("name")), (c.get("delivered") or {}).get("consumer_seq"),
+                     (c.get("ack_floor") or {}).get("consumer_seq"), c.get("num_ack_pending"),
+                     (c.get("config") or {}).get("max_deliver"))
+                    for c in stream.get("consumer_detail") or [])
+                return record.spec, tuple(consumers)
+        return None
+
+    async def _sweep_lane(self, record: QueueRecord, level: int) -> tuple[int, bool]:
+        """The sweep of one consumer: the queue's own (level 0) or a priority lane's. How many it
+        moved, and whether it left nothing dead or in flight behind."""
         js = self.conn.queue_js(record.id)
         stream = stream_name(record.id)
         consumer = lane_consumer(level)
@@ -286,26 +548,32 @@ class Mover:
         async with self.conn.account(record.id) as nc:
             await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", PROBE, reply="_INBOX.enclave-probe")
         info = await retry_unavailable(lambda: js.consumer_info(stream, consumer))
-        if info.num_ack_pending or not info.delivered.stream_seq:
-            return 0  # something is in flight: only advisories can tell the dead apart
+        if info.num_ack_pending:
+            return 0, False  # something is in flight: only advisories can tell the dead apart
         last = info.delivered.stream_seq
         subject = envelope.lane_subject(subject_for(record.spec.project, record.spec.name), level)
-        seq, count = 1, 0
-        while seq <= last:
-            try:
-                msg = await retry_unavailable(
-                    lambda seq=seq: js.get_msg(stream, seq=seq, subject=subject, direct=True, next=True))
-            except nats.js.errors.NotFoundError:
+        after, count = 0, 0
+        while after < last:
+            # every message of the lane from its first: all at or below ``last`` are dead
+            async with self.conn.account(record.id) as nc:
+                found = await direct_batch(nc, direct_get_subject(stream), {
+                    "seq": after + 1, "batch": MOVE_BATCH, "next_by_subj": subject, "max_bytes": READ_BYTES,
+                }, f"the dead letters of queue '{record.spec.name}'")
+            letters = {m.sequence: m for m in found.messages if m.sequence <= last}
+            if not letters:
                 break
-            if msg.seq is None or msg.seq > last:
+            dead = [Dead(seq, info.config.max_deliver) for seq in letters]
+            outcomes = await self.move_batch(record, dead, "sweep", letters)
+            count += sum(outcome in ("moved", "discarded") for outcome in outcomes.values())
+            if any(isinstance(outcome, BaseException) for outcome in outcomes.values()):
+                return count, False  # left in place: the next sweep tries again
+            if not found.more or len(letters) < len(found.messages):
                 break
-            if await self.move(record, msg.seq, info.config.max_deliver) != "gone":
-                count += 1
-            seq = msg.seq + 1
-        return count
+            after = max(letters)
+        return count, True
 
     async def _on_reject(self, request: Msg) -> None:
-        asyncio.create_task(self._reject(request))
+        self._spawn(self._reject(request), "deadletters-reject")
 
     async def _reject(self, request: Msg) -> None:
         queue_id = request.subject.split(".")[1]
@@ -333,3 +601,30 @@ class Mover:
             reply = {"error": str(exc) or type(exc).__name__}
         with contextlib.suppress(nats.errors.Error):
             await request.respond(json.dumps(reply).encode())
+
+
+def _stored_time(letter: Stored) -> str:
+    """When the broker stored ``letter``, as ISO 8601 in UTC (it gives nanoseconds, which Python drops)."""
+    return (parse_time(letter.stored_at) or datetime.now(UTC)).isoformat()
+
+
+async def _read(nc: Client, stream: str, seqs: list[int]) -> Read:
+    """Messages ``seqs`` (ascending) of ``stream`` that are still there: one batched read from the
+    stream's first message, as the dead are usually its oldest; those it did not reach, one direct
+    get each, sent together."""
+    head = await direct_batch(nc, direct_get_subject(stream), {"seq": 1, "batch": len(seqs), "max_bytes": READ_BYTES},
+                              f"the dead letters of {stream}")
+    wanted = set(seqs)
+    found = {m.sequence: m for m in head.messages if m.sequence in wanted}
+    missing = [seq for seq in seqs if seq not in found]
+    js = nc.jetstream(timeout=5)
+    answers = await asyncio.gather(*(retry_unavailable(lambda seq=seq: js.get_msg(stream, seq=seq, direct=True))
+                                     for seq in missing), return_exceptions=True)
+    for seq, answer in zip(missing, answers, strict=True):
+        if isinstance(answer, nats.js.errors.NotFoundError):
+            continue  # moved already, or deleted by a worker
+        if isinstance(answer, BaseException):
+            raise answer
+        stamp = (answer.time or datetime.now(UTC)).astimezone(UTC).isoformat()
+        found[seq] = Stored(seq, answer.data or b"", dict(answer.headers or {}), stamp)
+    return found

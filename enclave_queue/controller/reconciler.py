@@ -1,9 +1,13 @@
 """The reconciler: moves the broker toward each declared queue, one step that is safe to repeat.
 
 It learns of changes from a watch on the queue bucket and, every ``resync_seconds`` (jittered),
-looks at every queue again, a few at a time behind what the watch brings, so drift made behind
-its back (a stream or consumer deleted or changed) is repaired. One reconcile at a time per queue, queues in parallel. Each outcome is
-written as the queue's status: ``Ready``, ``Errored`` with the error's text, or ``Deleting``;
+looks at every queue again, so drift made behind its back (a stream or consumer deleted or
+changed) is repaired. A server-wide JSZ snapshot (jsz.py) shows every queue's stream and
+consumers with their configs, and only the queues it does not show as last reconciled (missing,
+drifted, not Ready at their generation) are reconciled, a few at a time behind what the watch
+brings: an idle resync costs a few requests, not three a queue through its own connection.
+One reconcile at a time per queue, queues in parallel. Each outcome is written as the queue's
+status: ``Ready``, ``Errored`` with the error's text, or ``Deleting``;
 a queue whose latest spec is not yet applied reads as ``Reconciling``. While the broker's store
 cannot take writes (broker/storage.py: a full disk), a reconciled queue reads ``Errored`` with
 reason ``StorageFull`` and the guard's sentence, and ``Ready`` again once it can.
@@ -25,6 +29,7 @@ from typing import Optional
 
 import nats.errors
 import nats.js.errors
+from nats.js import api
 
 from ..broker.connection import BrokerConnection
 from ..broker.storage import StorageGuard
@@ -36,6 +41,7 @@ from ..state.kv import Store
 from ..state.records import QueueRecord, QueueStatus, State
 from . import mapping
 from .accounts import Accounts
+from .jsz import Snapshot
 
 log = logging.getLogger("enclave.controller")
 
@@ -135,13 +141,46 @@ class Reconciler:
                     # the walk goes on in the background: a queue slow to reconcile (its broker
                     # account missing until the sync above) must not hold the next sync back
                     if walking is None or walking.done():
-                        keys = [key for key, _, _ in await self.store.queues.items()]
+                        keys = await self.out_of_step()
                         walking = asyncio.create_task(self._walk(keys), name="reconciler-walk")
                 except (nats.errors.Error, EnclaveError) as exc:
                     log.warning("resync failed: %s", exc)
         finally:
             if walking is not None:
                 walking.cancel()
+
+    async def out_of_step(self) -> list[str]:
+        """The keys of the queues a resync must reconcile: every queue but those the broker's JSZ
+        snapshot shows exactly as this process last reconciled them (Ready at their generation,
+        stream and consumers there with their desired config). Every queue if the snapshot fails."""
+        items = await self.store.queues.items()
+        try:
+            snapshot = await Snapshot.read(self.conn)
+        except BrokerUnavailable as exc:
+            log.info("resync snapshot failed (%s); reconciling every queue", exc)
+            return [key for key, _, _ in items]
+        return [key for key, record, _ in items if not self._in_step(record, snapshot)]
+
+    def _in_step(self, record: QueueRecord, snapshot: Snapshot) -> bool:
+        status = self._status.get(record.key)
+        if (record.deleting or status is None or status.state != "Ready"
+                or status.observed_generation != record.generation or record.key in self._failures
+                or record.id not in self.accounts.applied):
+            return False
+        stream = snapshot.stream(record.id)
+        if stream is None or not stream.get("config"):
+            return False
+        actual = api.StreamConfig.from_response(dict(stream["config"]))
+        want = mapping.stream_config(record.id, record.spec, schedules=bool(actual.allow_msg_schedules))
+        if mapping.drift(actual, want, mapping.STREAM_FIELDS):
+            return False
+        consumers = {c.get("name"): c.get("config") for c in stream.get("consumer_detail") or []}
+        for want_consumer in mapping.consumer_configs(record.id, record.spec):
+            config = consumers.get(want_consumer.durable_name)
+            if not config or mapping.drift(api.ConsumerConfig.from_response(dict(config)), want_consumer,
+                                           mapping.CONSUMER_FIELDS):
+                return False
+        return True
 
     async def _walk(self, keys: list[str]) -> None:
         """Reconcile every one of ``keys``, RESYNC_PARALLEL at a time, skipping those being

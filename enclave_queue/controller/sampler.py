@@ -1,9 +1,10 @@
 """The depth sampler: every ``sample_seconds``, how many messages each live queue holds, kept 7 days.
 
-Each round reads every queue's depth (broker/depth.py: two JetStream API requests a queue, 32
-queues at a time) and publishes one sample a queue to the ``ENCLAVE_SAMPLES`` stream in the
-control account, subject ``samples.<queue id>``, pipelined: all the round's publishes go out at
-once and their PubAcks come back to one inbox. A sample's format is broker/depth.py's; reading a
+Each round reads every queue's depth from one server-wide JSZ snapshot (jsz.py: a request per 256
+accounts instead of one a queue; a queue the snapshot lacks is read on its own, broker/depth.py)
+and publishes one sample a queue to the ``ENCLAVE_SAMPLES`` stream in the control account,
+subject ``samples.<queue id>``, pipelined: all the round's publishes go out at once and their
+PubAcks come back to one inbox. A sample's format is broker/depth.py's; reading a
 queue's history is queues/samples.py's. Samples of a deleted queue expire with the stream's max
 age; a re-created queue has a new id, so it never shows the old queue's history.
 """
@@ -26,10 +27,12 @@ from ..broker.connection import BrokerConnection, ensure_stream
 from ..broker.depth import Depth, encode_sample, read_depths
 from ..broker.storage import StorageGuard
 from ..broker.tasks import keep_running
+from ..errors import BrokerUnavailable
 from ..names import SAMPLES_STREAM, samples_subject
 from ..state.kv import Store
 from ..state.queries import depth_reads, live_queues
 from .accounts import Accounts
+from .jsz import Snapshot
 
 log = logging.getLogger("enclave.sampler")
 
@@ -89,7 +92,13 @@ class Sampler:
     async def sample(self) -> int:
         """Read every live queue's depth and store one sample each; returns how many were stored."""
         records = await live_queues(self.store, self.accounts.applied)
-        depths = await read_depths(self.conn, depth_reads(records))
+        source: object = self.conn
+        if records:
+            try:
+                source = await Snapshot.read(self.conn)
+            except BrokerUnavailable as exc:  # one request a queue, as before the snapshot
+                log.info("depth snapshot failed (%s); reading each queue", exc)
+        depths = await read_depths(source, depth_reads(records))  # type: ignore[arg-type]  # only account_jsz
         samples = [(samples_subject(r.id), encode_sample(d)) for r, d in zip(records, depths, strict=True)
                    if isinstance(d, Depth)]  # a queue not ready yet has no sample this round
         stored = await self._publish(samples)

@@ -4,26 +4,12 @@ account JWT put back, and a drift it cannot repair shown as Errored with its rea
 import asyncio
 import json
 
-import pytest
 from nats.js import api
 
 from enclave_queue.auth import jwt
 from enclave_queue.retry import retry_unavailable
-from enclave_queue.server import Runtime
-from enclave_queue.settings import EnclaveSettings
 from enclave_queue.spec import QueueSpec
 from tests.helpers import eventually
-
-
-@pytest.fixture
-async def runtime(tmp_path):
-    settings = EnclaveSettings(home=tmp_path / "home", api_port=0, broker_port=0, resync_seconds=0.5)
-    running = Runtime(settings)
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop()
 
 
 async def ready(runtime, name, project="default"):

@@ -86,19 +86,19 @@ def test_the_cli_ignores_the_runtime_file_of_a_dead_server(tmp_path):
 async def test_a_stack_that_has_run_a_while_stops_cleanly_on_sigterm(enclave_stack_factory):
     """Regression: an undrained pull subscription of the dead-letter mover once held SIGTERM up
     for 30 s, past the harness's grace, so the stop ended in SIGKILL (exit code -9). The stop
-    comes once the mover has ended a fetch of advisories and begun another: each fetch's first
-    pull request is a ``no_wait`` one, seen here on the control account's subject."""
+    comes once the mover has ended a pull request for advisories and made another, both seen
+    here on the control account's subject."""
     stack = enclave_stack_factory()
     make_queue(stack, "idle")
     fetches = 0
 
     async def on_pull(msg) -> None:
         nonlocal fetches
-        fetches += bool(json.loads(msg.data).get("no_wait"))
+        fetches += "batch" in json.loads(msg.data)
 
     async with control_connection(stack) as nc:
         sub = await nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{ADVISORY_STREAM}.{MOVER}", cb=on_pull)
-        await eventually(lambda: fetches >= 2, timeout=30)  # one fetch cycle has ended
+        await eventually(lambda: fetches >= 2, timeout=30)  # one pull request has ended
         await sub.unsubscribe()
     assert stack.stop() == 0
     assert "Stopping" in stack.log_path.read_text()

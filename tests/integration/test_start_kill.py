@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from enclave_queue.broker.supervisor import nats_server_binary
 from enclave_queue.client import connect
 from enclave_queue.testing import EnclaveStack
-from tests.helpers import make_queue
+from tests.helpers import eventually, make_queue
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +41,8 @@ def streams(home: Path, name: str) -> bool:
     return any((home / "broker" / "jetstream").glob(f"*/streams/{name}"))
 
 
-#: the moments to kill the broker at: (which child, what must be on disk first)
+#: the moments to kill the serving broker at: (False: not a check, what must be on disk first)
 MOMENTS = {
-    "checking its configuration": (True, lambda home: True),
     "just spawned": (False, lambda home: True),
     "opening the state store": (False, lambda home: streams(home, "KV_enclave-queues")),
     "the admin token written": (False, lambda home: (home / "admin-token").exists()),
@@ -53,8 +53,8 @@ MOMENTS = {
 
 
 def kill_broker_when(stack: EnclaveStack, checking: bool, moment: Callable[[Path], bool]) -> int:
-    """SIGKILL the first nats-server child that checks its configuration (``-t``) or, if not
-    ``checking``, serves, as soon as ``moment(home)`` holds; returns its PID."""
+    """SIGKILL the first nats-server child that serves (not a ``-t`` check) as soon as
+    ``moment(home)`` holds; returns its PID."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         assert stack.proc.poll() is None, stack.log_path.read_text()[-3000:]
@@ -66,11 +66,36 @@ def kill_broker_when(stack: EnclaveStack, checking: bool, moment: Callable[[Path
     raise AssertionError("the moment to kill the broker at did not come")
 
 
-@pytest.mark.parametrize("moment", list(MOMENTS))
+def pausing_check(root: Path) -> tuple[Path, Path]:
+    """A nats-server (for ``ENCLAVE_NATS_SERVER``) whose first configuration check stops itself
+    (SIGSTOP) after writing its PID to a file, so the test can kill it mid-check however short a
+    real check is; every later run is the real nats-server. Returns (the executable, the PID file)."""
+    root.mkdir()
+    binary, marker = root / "nats-server", root / "checking.pid"
+    binary.write_text(f"""#!/bin/sh
+if [ "$1" = "-t" ] && [ ! -e '{marker}' ]; then
+  echo $$ > '{marker}.new' && mv '{marker}.new' '{marker}'
+  kill -STOP $$
+fi
+exec '{nats_server_binary()}' "$@"
+""")
+    binary.chmod(0o700)
+    return binary, marker
+
+
+@pytest.mark.parametrize("moment", ["checking its configuration", *MOMENTS])
 async def test_a_broker_killed_during_start_is_ridden_out(tmp_path, moment):
-    stack = EnclaveStack.launch(tmp_path / "home")
+    binary, marker = pausing_check(tmp_path / "bin")
+    checking = moment == "checking its configuration"
+    stack = EnclaveStack.launch(tmp_path / "home", {"ENCLAVE_NATS_SERVER": str(binary)} if checking else {})
     try:
-        killed = kill_broker_when(stack, *MOMENTS[moment])
+        if checking:
+            await eventually(marker.exists, timeout=20)
+            killed = int(marker.read_text())
+            await eventually(lambda: "\tT (stopped)" in Path(f"/proc/{killed}/status").read_text())  # mid-check
+            os.kill(killed, signal.SIGKILL)
+        else:
+            killed = kill_broker_when(stack, *MOMENTS[moment])
         stack.wait_ready()
         assert stack.broker_pid not in (None, killed)
         await sends_and_receives(make_queue(stack, "jobs"))
