@@ -14,7 +14,7 @@ walk too; ``--no-sweep`` runs the sweep once a day only, so the difference is th
 Then a queue of its own takes a loop of ``send_batch(1000)`` and ``receive(100)`` +
 ``delete_many`` for ``--busy`` seconds: the control process's CPU over that time against the
 broker's and the benchmark client's (which does the work). Default stack (``ENCLAVE_SYNC=always``).
-Not part of ``python -m bench``'s default set: ``python -m bench.idle [--quick]``.
+Alone: ``python -m bench.idle [--quick]``; ``python -m bench`` runs it with the rest.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ loop), computes now − that stamp when its take returns (CLOCK_MONOTONIC is sys
 
 - SDK: ``await queue.put(body)``; worker ``m = await queue.get(timeout_s=5)`` in a loop, then
   ``await m.ack(confirm=False)``;
+- SDK, the streaming idiom: the same puts; worker ``async for m in queue.iterate()`` with
+  ``await m.ack(confirm=False)`` (it prefetches the next batch while one is handled);
 - baseline, same stack, same queue (its durable consumer): ``await js.publish(subject, body)``;
   worker ``await sub.fetch(1, timeout=5)`` on ``js.pull_subscribe_bind`` and ``await m.ack()``
   (not confirmed either), both as the queue's own user.
@@ -20,8 +22,8 @@ rate × RUN_SECONDS messages. The samples of all rounds are pooled (both sides h
 percentile is only reported from enough of them (bench.samples_for: p99 from 500), and each row's
 note gives the count and the p99 round by round. How late the sender itself was on its schedule is
 kept in the results (``sender_lag_ms``): a late sender would make the offered rate a lie. Goal
-(issue 16): SDK p99 <= 10 ms at 1,000 msg/s. Not part of ``python -m bench``'s default set
-(``python -m bench.latency [--quick]``).
+(issue 16): SDK p99 <= 10 ms at 1,000 msg/s. Alone: ``python -m bench.latency [--quick]``;
+``python -m bench`` runs it with the rest.
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ NAME = "latency"
 RATES = (100, 1000)  #: msg/s offered
 RUN_SECONDS = 3.0  #: seconds a run sends for
 TAKE_TIMEOUT = 5.0  #: seconds one take waits
+ITERATE_BATCH = 100  #: the iterate side's batch (its default)
 STAMP = struct.Struct("!q")  #: perf_counter_ns at the start of a body
-SIDES = ["sdk", "raw"]
+SIDES = ["sdk", "iterate", "raw"]  #: get in a loop; the iterate() idiom (prefetching); raw fetch(1)
 
 
 def options(parser: argparse.ArgumentParser) -> None:
@@ -93,6 +96,17 @@ async def take(side: str, creds: dict[str, str], count: int, pipe: Connection) -
                     break
                 late.append((time.perf_counter_ns() - stamp_of(m.data)) / 1e6)
                 await m.ack(confirm=False)
+            await queue._nc.flush()
+        return late
+    if side == "iterate":
+        async with connect(creds) as queue:
+            await queue.max_message_bytes()
+            pipe.send("ready")
+            async for m in queue.iterate(batch=ITERATE_BATCH):
+                late.append((time.perf_counter_ns() - stamp_of(m.data)) / 1e6)
+                await m.ack(confirm=False)
+                if len(late) >= count:
+                    break
             await queue._nc.flush()
         return late
     nc = await raw_connect(creds)
@@ -137,7 +151,7 @@ async def offer(side: str, sender: Any, creds: dict[str, str], rate: int, count:
         if ready != "ready":
             raise RuntimeError(f"{side} worker: {ready}")
         await asyncio.sleep(0.2)  # its first pull is waiting
-        if side == "sdk":
+        if side != "raw":
             def put(data: bytes) -> Any:
                 return sender.put(data)
         else:
@@ -182,11 +196,11 @@ async def measure(creds: dict[str, str], rounds: int, seconds: float,
         nc = await raw_connect(creds)
         try:
             for side in SIDES:  # warm-up: connections, settings, the stream's first blocks
-                await offer(side, queue if side == "sdk" else nc, creds, 100, 50)
+                await offer(side, nc if side == "raw" else queue, creds, 100, 50)
             for r in range(rounds):
                 for rate in rates:
                     for side in round_order(r, SIDES):
-                        out = await offer(side, queue if side == "sdk" else nc, creds, rate, int(rate * seconds))
+                        out = await offer(side, nc if side == "raw" else queue, creds, rate, int(rate * seconds))
                         into = pooled.setdefault(f"{side}_{rate}", {"late_ms": [], "lag_ms": [], "round_p99_ms": [],
                                                                     "round_p50_ms": []})
                         into["late_ms"] += out["late_ms"]
@@ -221,21 +235,24 @@ def run(quick: bool, rates: tuple[int, ...] | None = None, sync: str = "always")
                             "round_p50_ms": data["round_p50_ms"], "round_p99_ms": data["round_p99_ms"]}
     prefix = "" if sync == "always" else f"sync={sync}: "
     for rate in rates:
-        sdk, raw = pooled[f"sdk_{rate}"], pooled[f"raw_{rate}"]
+        raw = pooled[f"raw_{rate}"]
         base = f"js.publish -> pull fetch(1), {rate} msg/s"
-        n = f"{len(sdk['late_ms'])} samples a side, pooled over {rounds} rounds"
-        for name, q in (("p50", 50), ("p99", 99)):
-            value, baseline = checked_percentile(sdk["late_ms"], q), checked_percentile(raw["late_ms"], q)
-            if value is None or baseline is None:
-                say(f"latency: no {name} at {rate}/s: {len(sdk['late_ms'])} samples")
-                continue
-            rounds_key = f"round_{name}_ms"
-            report.add(f"{prefix}{rate} msg/s: put -> get {name}", value, "ms", baseline=baseline,
-                       baseline_case=f"{base} ({name})",
-                       target="value <= 10" if (rate, q, sync) == (1000, 99, "always") else "",
-                       note=f"{n}; {name} per round: " + paired(sdk[rounds_key], raw[rounds_key], "ms"))
-        report.add(f"{prefix}{rate} msg/s: put -> get max", max(sdk["late_ms"]), "ms", baseline=max(raw["late_ms"]),
-                   baseline_case=f"{base} (max)", note=f"the largest of {len(sdk['late_ms'])} samples a side")
+        for side, verb in (("sdk", "get"), ("iterate", "iterate")):
+            sdk = pooled[f"{side}_{rate}"]
+            n = f"{len(sdk['late_ms'])} samples a side, pooled over {rounds} rounds"
+            for name, q in (("p50", 50), ("p99", 99)):
+                value, baseline = checked_percentile(sdk["late_ms"], q), checked_percentile(raw["late_ms"], q)
+                if value is None or baseline is None:
+                    say(f"latency: no {name} at {rate}/s: {len(sdk['late_ms'])} samples")
+                    continue
+                rounds_key = f"round_{name}_ms"
+                report.add(f"{prefix}{rate} msg/s: put -> {verb} {name}", value, "ms", baseline=baseline,
+                           baseline_case=f"{base} ({name})",
+                           target="value <= 10" if (side, rate, q, sync) == ("sdk", 1000, 99, "always") else "",
+                           note=f"{n}; {name} per round: " + paired(sdk[rounds_key], raw[rounds_key], "ms"))
+            report.add(f"{prefix}{rate} msg/s: put -> {verb} max", max(sdk["late_ms"]), "ms",
+                       baseline=max(raw["late_ms"]), baseline_case=f"{base} (max)",
+                       note=f"the largest of {len(sdk['late_ms'])} samples a side")
     return report.done()
 
 
