@@ -3,7 +3,9 @@ restart: ``pull`` asks one consumer, ``pull_any`` long-polls every priority lane
 
 receiving.py builds every way of taking messages on these two, over a session; they hand back
 raw deliveries (``nats.aio.msg.Msg``), and what a cancelled pull had taken already is given back
-at once (``acks.orphaned``).
+at once (``acks.orphaned``). ``pull`` takes its replies on an inbox the next pull may take over
+(``session.PullInbox``: a ``get`` in a loop subscribes nothing a call); ``pull_any`` walks away
+from the lanes that did not answer, so it drops its subscription every time.
 
 A restarted broker forgets the pull requests it holds, and nothing tells the client. So a wait is
 asked in requests of at most PULL_SLICE seconds, each sent when the last ended, and a request
@@ -43,8 +45,8 @@ def next_subject(session: Session, level: int = 0) -> str:
 async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 0,
                answer_by: Optional[float] = None) -> list[Msg]:
     """Up to ``batch`` messages, waiting up to ``wait`` seconds for the first (0 = not at all),
-    from the consumer of ``level``. Each pull has its own inbox: delivered messages keep their
-    original subject, so only the subscription tells whose they are.
+    from the consumer of ``level``. Each pull has an inbox to itself while it lasts (``PullInbox``):
+    delivered messages keep their original subject, so only the subscription tells whose they are.
 
     A restarted broker forgets pull requests, so a long wait is asked in requests of at most
     PULL_SLICE seconds, and a request is sent again when the connection comes back, when the
@@ -60,10 +62,10 @@ async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 
     token = session.token("p")
     waiter = Pull(batch, loop.create_future())
     session.waiting[token] = waiter
-    inbox = f"{session.mux}.pull.{token}"  # .<request>: outside the reply wildcard's reach
     current = 0  #: the request whose end counts (a message from any of them does)
+    held = False  #: a request the broker may still answer after this pull is over
 
-    async def collect(msg: Msg) -> None:
+    def collect(msg: Msg) -> None:
         status = msg.headers.get(STATUS) if msg.headers else None
         if status is None:
             waiter.messages.append(msg)
@@ -77,17 +79,19 @@ async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 
         if not waiter.done.done():
             waiter.done.set_result(None)
 
-    sub = await session.nc.subscribe(f"{inbox}.*", cb=collect)
+    inbox = await session.take_inbox(lambda msg: _stray(session, msg))
+    inbox.handler = collect
     subject = next_subject(session, level)
     backoff = Backoff()
-    send, waits, buffered, answer_at = True, False, False, 0.0
+    send, waits, ended, buffered, answer_at = True, False, True, False, 0.0
     reconnect = session.reconnect
     try:
         while True:
             if send:
                 session.check_open()
                 session.waiting[token] = waiter  # again: a failure meanwhile took it out and ended only the last
-                current += 1
+                held = held or not ended  # the last one, sent again before it ended, may be answered yet
+                current, reply = inbox.reply()
                 piece = min(deadline - loop.time(), PULL_SLICE)
                 waits = piece >= MIN_SLICE
                 request: dict[str, Any] = {"batch": batch - len(waiter.messages)}
@@ -97,7 +101,7 @@ async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 
                     request["no_wait"] = True
                 buffered = not session.nc.is_connected  # nats-py sends it when the connection is back
                 reconnect = session.reconnect
-                await session.nc.publish(subject, json.dumps(request).encode(), reply=f"{inbox}.{current}")
+                await session.nc.publish(subject, json.dumps(request).encode(), reply=reply)
                 answer_at = loop.time() + (piece + PULL_GRACE if waits else NO_WAIT_ANSWER)
             until = answer_by if buffered and loop.time() >= answer_at else min(answer_at, answer_by)
             await asyncio.wait({waiter.done, reconnect}, timeout=max(until - loop.time(), 0.001),
@@ -120,17 +124,25 @@ async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 
             if ended and waiter.status != "408":  # not "expired": no responders, or an odd end; not at once
                 await asyncio.sleep(backoff.next())
             waiter.again()
+        # a request neither filled nor ended (the broker did not answer in time) may be answered yet
+        held = held or not waiter.done.done()
     except asyncio.CancelledError:
+        held = held or not waiter.done.done()  # cancelled mid-wait: the broker may still hold it
         acks.orphaned(session, waiter.messages)
         raise
     finally:
         session.waiting.pop(token, None)
-        with contextlib.suppress(nats.errors.Error):  # the connection may be closing
-            await sub.unsubscribe()
+        await session.give_inbox(inbox, spare=not held)
     if len(waiter.messages) > batch:
         acks.orphaned(session, waiter.messages[batch:])
         del waiter.messages[batch:]
     return waiter.messages
+
+
+def _stray(session: Session, msg: Msg) -> None:
+    """A delivery while no pull holds the inbox (nothing should be left to answer): given back."""
+    if not (msg.headers and msg.headers.get(STATUS)):
+        acks.orphaned(session, [msg])
 
 
 async def pull_any(session: Session, levels: tuple[int, ...], wait: float) -> list[Msg]:

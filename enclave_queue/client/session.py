@@ -7,9 +7,10 @@ through it, acks.py confirms acknowledgements, pulls.py asks the queue's consume
 It imports none of them.
 
 Replies to single requests come to one subscription, ``<mux>.<token>``, and find their waiter by
-token. Waits with many replies (a pull, a batch of PubAcks, a direct get) subscribe an inbox of
-their own under ``<mux>.<kind>.<token>`` and register a waiter under their token anyway, so that a
-permission denial, revoked credentials or ``close`` fails them at once (``fail_all``).
+token. Waits with many replies (a pull, a batch of PubAcks, a direct get) register a waiter under
+their token too, so that a permission denial, revoked credentials or ``close`` fails them at once
+(``fail_all``), and take their replies on an inbox of their own under ``<mux>.<kind>.<token>``:
+a pull on a ``PullInbox`` it may hand on to the next pull, the rest on a subscription they drop.
 
 "No responders" (a ``503`` status) is how the broker answers a request for a moment during a
 configuration reload, and while JetStream starts after a restart. ``request`` and
@@ -45,6 +46,7 @@ RETRY_WINDOW = 3.0  #: seconds to keep asking a request nobody answered (a reloa
 RESEND_AFTER = 2.0  #: seconds without an answer before a put or an acknowledgement is sent again
 FIRST_PAUSE = 0.01  #: seconds before the first try again after "no responders"
 LAST_PAUSE = 0.25  #: seconds between tries again at most (the pause doubles up to it)
+SPARE_INBOXES = 16  #: pull inboxes a session keeps for the next pulls (as many as pull at once, up to this)
 STATUS = "Status"  #: the header of the broker's status replies (100, 204, 404, 408, 503, …)
 #: seconds a reconnect may go on being refused before the credentials count as revoked: the broker
 #: refuses every login while the control plane's auth callout is away (a broker restart it has not
@@ -92,6 +94,41 @@ class Pull:
         self.unanswered, self.status, self.ended = False, None, 0
 
 
+class PullInbox:
+    """A subscription, ``<prefix>.*``, that one pull at a time takes its replies on, each request
+    on a reply subject of its own (``reply``). A pull's delivered messages keep their original
+    subject, so only the subscription tells whose they are: it is never shared by two pulls at
+    once, but a pull that is over and left no request the broker could still answer gives it back
+    to the session for the next (``Session.take_inbox``, ``give_inbox``), so a ``get`` in a loop
+    makes and drops no subscription a call (two protocol messages, and the broker's subject cache
+    redone for both). One that may still be answered is dropped: the broker delivers nothing to a
+    pull request whose reply subject nobody listens to. Whatever arrives while no pull holds it
+    goes to ``stray`` (pulls.py gives messages back)."""
+
+    def __init__(self, nc: Client, prefix: str, stray: Callable[[Msg], None]) -> None:
+        self.prefix = prefix
+        self.handler: Optional[Callable[[Msg], None]] = None  #: the pull that holds it
+        self._nc = nc
+        self._stray = stray
+        self._requests = itertools.count(1)
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        self._sub = await self._nc.subscribe(f"{self.prefix}.*", cb=self._route)
+
+    async def _route(self, msg: Msg) -> None:
+        (self.handler or self._stray)(msg)
+
+    def reply(self) -> tuple[int, str]:
+        """The next request's number and reply subject (numbers go on across pulls)."""
+        number = next(self._requests)
+        return number, f"{self.prefix}.{number}"
+
+    async def drop(self) -> None:
+        with contextlib.suppress(nats.errors.Error):  # the connection may be closing
+            await self._sub.unsubscribe()
+
+
 class Session:
     """One connection, authenticated as the queue's own user, and what waits for its replies."""
 
@@ -106,6 +143,7 @@ class Session:
         self.closed = False
         self._ids = itertools.count(1)
         self._sub: Any = None
+        self._spare_inboxes: list[PullInbox] = []  #: for the next pulls (``take_inbox``)
         self._broken: Optional[EnclaveError] = None  #: why the broker cut us off for good
         self._closing: Optional[asyncio.Task[None]] = None
         self._refused_since: Optional[float] = None  #: when the reconnects began to be refused
@@ -113,6 +151,23 @@ class Session:
 
     async def start(self) -> None:
         self._sub = await self.nc.subscribe(f"{self.mux}.*", cb=self._on_reply)
+
+    async def take_inbox(self, stray: Callable[[Msg], None]) -> PullInbox:
+        """A ``PullInbox`` for one pull: a spare one, or a new one whose strays go to ``stray``."""
+        if self._spare_inboxes:
+            return self._spare_inboxes.pop()
+        inbox = PullInbox(self.nc, f"{self.mux}.pull{self.token()}", stray)
+        await inbox.start()
+        return inbox
+
+    async def give_inbox(self, inbox: PullInbox, *, spare: bool) -> None:
+        """A pull is over with ``inbox``: kept for the next (``spare``: nothing of it can be answered
+        any more), up to SPARE_INBOXES of them, or dropped."""
+        inbox.handler = None
+        if spare and not self.closed and len(self._spare_inboxes) < SPARE_INBOXES:
+            self._spare_inboxes.append(inbox)
+        else:
+            await inbox.drop()
 
     # -- waiters and failures ---------------------------------------------------------------------
 
