@@ -39,6 +39,10 @@ log = logging.getLogger("enclave.broker")
 
 REQUEST_TIMEOUT = 10.0  #: seconds for a reload or stats request
 DRAIN_TIMEOUT = 3.0  #: seconds a connection may take to drain when the control process stops
+#: seconds beyond DRAIN_TIMEOUT for the flush and close that end a drain (nats-py times the drain of
+#: the subscriptions itself; cancelling it from outside instead leaves its gathered drains'
+#: CancelledError unretrieved, logged as "Future exception was never retrieved")
+DRAIN_FLUSH_GRACE = 2.0
 PUBLISH_TIMEOUT = 5.0  #: seconds the broker may take to confirm a publish into a queue
 
 
@@ -125,6 +129,7 @@ async def _connect(url: str, keys: OperatorKeys, role: str, user_role: str) -> C
             url, user_jwt_cb=lambda: token, signature_cb=lambda nonce: base64.b64encode(user.sign(nonce.encode())),
             name=f"enclave-{user_role}", max_reconnect_attempts=1, reconnect_time_wait=0.2, connect_timeout=2,
             error_cb=on_error, disconnected_cb=on_disconnect, pending_size=64 * 1024 * 1024,
+            drain_timeout=DRAIN_TIMEOUT,
         )
     except Exception as exc:  # nats-py raises several unrelated types here
         raise BrokerUnavailable(f"Cannot connect to the broker at {url}: {exc}") from exc
@@ -257,6 +262,6 @@ class BrokerConnection:
         for nc in (self.callout, self.control, self.system):
             if nc.is_connected:
                 with contextlib.suppress(asyncio.TimeoutError, nats.errors.Error):
-                    await asyncio.wait_for(nc.drain(), DRAIN_TIMEOUT)
+                    await asyncio.wait_for(nc.drain(), DRAIN_TIMEOUT + DRAIN_FLUSH_GRACE)
             if not nc.is_closed:
                 await nc.close()

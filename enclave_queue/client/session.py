@@ -413,7 +413,9 @@ class Session:
                 await self._closing
         if self.nc.is_connected:
             try:
-                await asyncio.wait_for(self.nc.drain(), DEFAULT_TIMEOUT)
+                # nats-py times the subscriptions' drain itself (cancelling it from outside leaves its
+                # gathered drains' CancelledError unretrieved); the margin is for its closing flush
+                await asyncio.wait_for(self.nc.drain(), DEFAULT_TIMEOUT + 2)
                 return
             except (TimeoutError, OSError, nats.errors.Error):
                 pass
@@ -464,6 +466,7 @@ async def open_session(creds: Credentials, *, name: str, connect_timeout: float)
             name=name, connect_timeout=connect_timeout, error_cb=on_error, reconnected_cb=on_reconnect,
             closed_cb=on_closed, allow_reconnect=True,
             max_reconnect_attempts=1, reconnect_time_wait=0.25, pending_size=64 * 1024 * 1024,
+            drain_timeout=DEFAULT_TIMEOUT,
         )
         nc.options["max_reconnect_attempts"] = -1  # one try to connect, then reconnect for ever
     except Exception as exc:  # nats-py raises several unrelated types here

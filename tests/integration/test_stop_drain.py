@@ -1,0 +1,50 @@
+"""A stop whose drain runs out of time (a subscription holds a message nobody reads, so nats-py's
+drain waits on it until its drain timeout) ends cleanly: nothing is left for asyncio to report as
+"Future exception was never retrieved" (the control plane's log took it as a Traceback)."""
+
+import asyncio
+import gc
+
+from enclave_queue.client import connect
+from tests.helpers import eventually, make_queue, queue_account_connection
+
+
+async def unread_message(nc, subject: str, publisher=None) -> None:
+    """A subscription of ``nc`` without a callback that holds one message nobody reads."""
+    sub = await nc.subscribe(subject)
+    await nc.flush()
+    await (publisher or nc).publish(subject, b"never read")
+    await eventually(lambda: sub.pending_msgs == 1, timeout=5)
+
+
+def loop_reports() -> list[dict]:
+    """What asyncio's exception handler is given from now on (each call's context)."""
+    reports: list[dict] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: reports.append(context))
+    return reports
+
+
+async def test_the_control_planes_stop_leaves_no_unretrieved_exception(runtime):
+    reports = loop_reports()
+    control = runtime.conn.control
+    await unread_message(control, "_enclave_test.unread")
+    await runtime.stop()
+    assert control.is_closed
+    gc.collect()
+    await asyncio.sleep(0)
+    assert [r.get("message") for r in reports] == []
+
+
+async def test_a_clients_close_leaves_no_unretrieved_exception(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    with stack.admin() as admin:
+        queue_id = admin.get_queue("default", unique_name)["id"]
+    reports = loop_reports()
+    queue = await connect(creds)
+    async with queue_account_connection(stack, queue_id) as publisher:
+        await unread_message(queue._nc, f"{creds['inbox_prefix']}.unread", publisher)
+    await queue.close()
+    assert queue._nc.is_closed
+    gc.collect()
+    await asyncio.sleep(0)
+    assert [r.get("message") for r in reports] == []
