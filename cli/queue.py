@@ -259,7 +259,7 @@ def rotate_password(
 @app.command()
 def send(
     name: Name,
-    body: Annotated[str, typer.Argument(help="Message body ('-' reads standard input); bytes that are not UTF-8 are sent as binary.")],
+    body: Annotated[str, typer.Argument(help="Message body ('-' reads standard input; one that begins with '-' goes after '--'); bytes that are not UTF-8 are sent as binary.")],
     project: Project = None, json: Json = False,
     dedupe_key: Annotated[Optional[str], typer.Option("--dedupe-key", callback=utf8, help="1–128 characters; a key sent again within the queue's dedupe window adds nothing.")] = None,
     delay: Annotated[float, typer.Option("--delay", metavar="SECONDS", callback=finite, help="Seconds before the message can be received (0–604800).")] = 0.0,
@@ -347,8 +347,7 @@ def hidden_for(until: Optional[str]) -> str:
     return f"hidden {left.replace('in ', 'for ', 1)}" if left.startswith("in ") else "visible again"
 
 
-# a receipt is base64url, so it may begin with "-": taken as the argument, not as an unknown option
-@app.command("delete-message", context_settings={"ignore_unknown_options": True})
+@app.command("delete-message")
 def delete_message(
     name: Name,
     receipt: Annotated[str, typer.Argument(metavar="RECEIPT|SEQ", help="The receipt handle 'receive' printed, or the message's sequence (as 'receive' and 'peek' show it: #SEQ).")],

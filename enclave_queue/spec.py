@@ -37,8 +37,10 @@ SECRET_PATTERN = re.compile(r"[a-z][a-z0-9-]{2,48}")
 SECRET_RULE = "3–49 lowercase letters, digits or hyphens, starting with a letter (a queue's password is '<queue>-password')"
 REDRIVE_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 REDRIVE_RULE = "1–64 letters, digits, '-' or '_'"
-RECEIPT_PATTERN = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_RECEIPT}}}")  #: URL-safe base64 without padding (auth/secrets.py)
-RECEIPT_RULE = f"1–{MAX_RECEIPT} characters of URL-safe base64 (A–Z, a–z, 0–9, '-', '_'), as 'receive' gave it"
+#: a letter, then URL-safe base64 without padding (auth/secrets.py, MasterKey.seal_handle)
+RECEIPT_PATTERN = re.compile(rf"[A-Za-z][A-Za-z0-9_-]{{0,{MAX_RECEIPT - 1}}}")
+RECEIPT_RULE = (f"1–{MAX_RECEIPT} characters of URL-safe base64 (A–Z, a–z, 0–9, '-', '_') starting with a letter, "
+                "as 'receive' gave it")
 SEQUENCE_RULE = f"an integer from 1 to {MAX_SEQUENCE}"
 
 

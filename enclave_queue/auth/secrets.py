@@ -30,6 +30,10 @@ BCRYPT_COST = 6
 
 NONCE_BYTES = 12
 
+#: What every handle (a receipt) starts with: a letter. Base64url text may start with '-', and a
+#: handle that did would read as an option on a command line (`enclave queue delete-message q -pX…`).
+HANDLE_PREFIX = "r"
+
 
 class SealError(EnclaveError):
     """A sealed value was tampered with, or sealed under another key or purpose."""
@@ -87,6 +91,17 @@ class MasterKey:
             return box.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], context.encode())
         except (InvalidTag, ValueError) as exc:
             raise SealError(f"The sealed {purpose} is not valid.") from exc
+
+    def seal_handle(self, plaintext: bytes, purpose: str, context: str = "") -> str:
+        """``seal`` as a handle given out to callers: it never starts with '-', so it passes as
+        an argument on any command line."""
+        return HANDLE_PREFIX + self.seal(plaintext, purpose, context)
+
+    def unseal_handle(self, handle: str, purpose: str, context: str = "") -> bytes:
+        """The plaintext of ``seal_handle``; raises SealError as ``unseal`` does."""
+        if not handle.startswith(HANDLE_PREFIX):
+            raise SealError(f"The sealed {purpose} is not valid.")
+        return self.unseal(handle[len(HANDLE_PREFIX):], purpose, context)
 
     def nkey(self, role: str) -> NKey:
         """The control plane's nkey user for ``role`` ('system' or 'control'): derived, never stored."""

@@ -245,7 +245,7 @@ class Messages:
     def _received(self, record: QueueRecord, msg: Any, hidden_until: datetime) -> dict[str, Any]:
         """A received message as the API returns it, with its sealed receipt."""
         meta = msg.metadata
-        receipt = self.master.seal(json.dumps({"r": msg.reply, "until": hidden_until.timestamp(),
+        receipt = self.master.seal_handle(json.dumps({"r": msg.reply, "until": hidden_until.timestamp(),
                                               "n": meta.num_delivered}).encode(),
                                    RECEIPT_PURPOSE, record.id)
         headers = dict(msg.headers or {})
@@ -284,7 +284,7 @@ class Messages:
         """The receipt's content; SpecError if it is not one of this queue's, Conflict if expired."""
         name, project = record.spec.name, record.spec.project
         try:
-            sealed = json.loads(self.master.unseal(receipt, RECEIPT_PURPOSE, record.id))
+            sealed = json.loads(self.master.unseal_handle(receipt, RECEIPT_PURPOSE, record.id))
         except (SealError, ValueError):
             raise field_error("receipt", f"is not a receipt handle of queue '{name}' in project '{project}'") from None
         if time.time() > sealed["until"]:

@@ -156,7 +156,7 @@ class SqsMessages:
         known = self._leases.get((record.id, seq))
         first = now if count == 1 else (known.first_received if known else None)
         self._remember(record.id, seq, Lease(count, until, first))
-        receipt = self.master.seal(json.dumps({"r": msg.reply, "s": seq, "n": count, "u": until}).encode(),
+        receipt = self.master.seal_handle(json.dumps({"r": msg.reply, "s": seq, "n": count, "u": until}).encode(),
                                    RECEIPT_PURPOSE, record.id)
         sent = parse_time(headers.get(ENQUEUED_AT)) or meta.timestamp
         return Received(seq, receipt, msg.data or b"", headers, count, sent, first)
@@ -173,7 +173,7 @@ class SqsMessages:
 
     def _open(self, record: QueueRecord, receipt: str) -> dict[str, Any]:
         try:
-            sealed = json.loads(self.master.unseal(receipt, RECEIPT_PURPOSE, record.id))
+            sealed = json.loads(self.master.unseal_handle(receipt, RECEIPT_PURPOSE, record.id))
             if not isinstance(sealed, dict) or not {"r", "s", "n", "u"} <= sealed.keys():
                 raise ValueError("not a receipt")
             return sealed

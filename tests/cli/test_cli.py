@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import nats
 import pytest
 
@@ -162,11 +163,27 @@ def test_priorities_from_the_cli(stack, unique_name):
     assert run(stack, "queue", "update", unique_name, "--no-priorities").returncode == 2  # no way to turn it off
 
 
-def test_a_receipt_that_begins_with_a_dash_is_the_receipt_not_an_option(stack, unique_name):
-    # receipts are base64url: about one in 64 begins with "-"
+def test_no_receipt_begins_with_a_dash_so_none_reads_as_an_option(stack, unique_name):
+    # base64url begins with "-" once in 64: of 300 receipts, all but surely one would, and
+    # `delete-message q -pX…` would read it as the --project option
     ok(stack, "queue", "create", unique_name, "--wait")
-    result = run(stack, "queue", "delete-message", unique_name, "-Sdq0" + "A" * 40)
-    assert "No such option" not in result.stderr
-    assert result.returncode != 0 and "receipt" in result.stderr, result.stderr
-    unknown = run(stack, "queue", "delete-message", unique_name, "-Sdq0", "--projekt", "x")
+    base = f"/v1/projects/default/queues/{unique_name}/messages"
+    with httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}) as http:
+        for n in range(300):
+            assert http.post(base, json={"body": f"m{n}"}).status_code == 201
+    received = [m for _ in range(3)
+                for m in json.loads(ok(stack, "queue", "receive", unique_name, "--max", "100", "--json").stdout)]
+    assert len(received) == 300
+    assert [m["receipt"] for m in received if m["receipt"].startswith("-")] == []
+    for message in received[:3]:
+        ok(stack, "queue", "delete-message", unique_name, message["receipt"])
+    assert json.loads(ok(stack, "queue", "len", unique_name, "--json").stdout)["in_flight"] == 297
+
+    dashed = run(stack, "queue", "delete-message", unique_name, "--", "-Sdq0" + "A" * 40)  # one not ours
+    assert dashed.returncode == 2 and "receipt must be" in dashed.stderr and "starting with a letter" in dashed.stderr, \
+        dashed.stderr
+    unknown = run(stack, "queue", "delete-message", unique_name, received[3]["receipt"], "--projekt", "x")
     assert unknown.returncode == 2 and unknown.stderr.startswith("error: "), unknown.stderr
+    ok(stack, "queue", "send", unique_name, "--", "-p is the body")  # a body that begins with '-', as --help says
+    (sent,) = json.loads(ok(stack, "queue", "receive", unique_name, "--json").stdout)  # the others are in flight
+    assert sent["body"] == "-p is the body"

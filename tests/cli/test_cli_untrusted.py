@@ -16,7 +16,8 @@ from tests.helpers import make_queue
 
 NAME_RULE = "3–40 lowercase letters, digits or hyphens, starting with a letter"
 PROJECT_RULE = "1–40 lowercase letters, digits or hyphens, starting with a letter"
-RECEIPT_RULE = "1–4096 characters of URL-safe base64 (A–Z, a–z, 0–9, '-', '_'), as 'receive' gave it"
+RECEIPT_RULE = ("1–4096 characters of URL-safe base64 (A–Z, a–z, 0–9, '-', '_') starting with a letter, "
+                "as 'receive' gave it")
 SEQUENCE_RULE = "an integer from 1 to 9223372036854775807"
 
 #: what a terminal acts on, apart from the line feeds that end lines: C0, DEL, C1

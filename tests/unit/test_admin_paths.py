@@ -52,10 +52,12 @@ def test_a_bad_part_is_a_spec_error_naming_the_field_and_the_rule(field, value):
      "queue name must be 3–40 lowercase letters, digits or hyphens, starting with a letter (got '../x')."),
     ("project", "",
      "project must be 1–40 lowercase letters, digits or hyphens, starting with a letter (got '')."),
-    ("receipt", "a/b", "receipt must be 1–4096 characters of URL-safe base64 (A–Z, a–z, 0–9, '-', '_'), "
-                       "as 'receive' gave it (got 'a/b')."),
-    ("receipt", "a/" * 50, "receipt must be 1–4096 characters of URL-safe base64 (A–Z, a–z, 0–9, '-', '_'), "
-                           "as 'receive' gave it (got 'a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/'… (100 characters))."),
+    ("receipt", "a/b", "receipt must be 1–4096 characters of URL-safe base64 (A–Z, a–z, 0–9, '-', '_') "
+                       "starting with a letter, as 'receive' gave it (got 'a/b')."),
+    ("receipt", "-pX", "receipt must be 1–4096 characters of URL-safe base64 (A–Z, a–z, 0–9, '-', '_') "
+                       "starting with a letter, as 'receive' gave it (got '-pX')."),
+    ("receipt", "a/" * 50, "receipt must be 1–4096 characters of URL-safe base64 (A–Z, a–z, 0–9, '-', '_') "
+                           "starting with a letter, as 'receive' gave it (got 'a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/a/'… (100 characters))."),
     ("sequence", 0, "sequence must be an integer from 1 to 9223372036854775807 (got 0)."),
     ("queue name", "a\x1b]0;x\x07", "queue name must be 3–40 lowercase letters, digits or hyphens, starting with "
                                     "a letter (got 'a\\x1b]0;x\\x07')."),

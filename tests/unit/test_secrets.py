@@ -31,6 +31,18 @@ def test_sealed_values_are_bound_to_purpose_and_context(tmp_path):
         key.unseal(tampered, "queue-password", "qone")
 
 
+def test_handles_never_read_as_a_command_line_option(tmp_path):
+    # base64url starts with '-' once in 64; 1,000 receipts would show it all but surely
+    key = MasterKey.load_or_create(tmp_path)
+    handles = [key.seal_handle(b"r%d" % n, "receipt", "qone") for n in range(1000)]
+    assert not [h for h in handles if h.startswith("-")]
+    assert [key.unseal_handle(h, "receipt", "qone") for h in handles[:3]] == [b"r0", b"r1", b"r2"]
+    with pytest.raises(SealError):  # a bare sealed value is not a handle
+        key.unseal_handle(key.seal(b"r0", "receipt", "qone"), "receipt", "qone")
+    with pytest.raises(SealError):
+        key.unseal_handle(handles[0], "receipt", "qtwo")
+
+
 def test_another_master_key_cannot_unseal(tmp_path):
     sealed = MasterKey.load_or_create(tmp_path / "a").seal(b"x", "p")
     with pytest.raises(SealError):
