@@ -29,8 +29,9 @@ from .claims import control_user
 
 log = logging.getLogger("enclave.broker")
 
-#: queue accounts whose connections stay open at once
-POOL_SIZE = 64
+#: queue accounts whose connections stay open at once: enough for the dead-letter mover's queues
+#: moving side by side and their DLQs many times over (controller/mover.py, MOVING_QUEUES)
+POOL_SIZE = 256
 CONNECT_TIMEOUT = 2.0  #: seconds
 CLOSE_TIMEOUT = 2.0  #: seconds one connection may take to close when the control process stops
 
@@ -88,9 +89,11 @@ class AccountConnections:
         return entry
 
     async def _trim(self) -> None:
+        # every connection to close is taken out before the first close is awaited: a trim that
+        # ran during that await must not find (or pop again) one this trim chose
         idle = sorted((e.used, qid) for qid, e in self._open.items() if e.holders == 0)
-        for _, queue_id in idle[: max(0, len(self._open) - self._size)]:
-            entry = self._open.pop(queue_id)
+        closing = [self._open.pop(queue_id) for _, queue_id in idle[: max(0, len(self._open) - self._size)]]
+        for entry in closing:
             await entry.nc.close()
 
     @contextlib.asynccontextmanager

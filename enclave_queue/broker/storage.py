@@ -44,7 +44,7 @@ from nats.aio.msg import Msg
 
 from ..names import REFUSED_ROOT, stream_name
 from .connection import BrokerConnection
-from .tasks import keep_running, log_failure
+from .tasks import keep_running, log_failure, stop_tasks
 
 log = logging.getLogger("enclave.storage")
 
@@ -189,10 +189,7 @@ class StorageGuard:
         self._task = keep_running(self._watch, "storage-guard")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_tasks([self._task])
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import BrokerUnavailable, EnclaveError
-from .tasks import keep_running
+from .tasks import keep_running, stop_tasks
 
 log = logging.getLogger("enclave.broker")
 
@@ -303,10 +303,7 @@ class Supervisor:
     async def stop(self) -> None:
         """Stop the server by PID: SIGTERM, then SIGKILL after ``stop_timeout``."""
         self._stopping = True
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        await stop_tasks([self._watch])
         if self._proc is None:  # never started: nothing to stop, and the PID file is not ours
             return
         await self._terminate()

@@ -39,7 +39,7 @@ from ..broker.claims import queue_account
 from ..broker.config import DEFAULT_ACCOUNT_BYTES, BrokerConfig, control_reserve, render
 from ..broker.connection import BrokerConnection
 from ..broker.supervisor import Supervisor
-from ..broker.tasks import log_failure
+from ..broker.tasks import log_failure, stop_tasks
 from ..broker.upgrade import config_mode_accounts, upgrade_store
 from ..errors import EnclaveError, StorageFull
 from ..metrics.instruments import ControlMetrics
@@ -446,20 +446,14 @@ class Accounts:
     async def stop(self) -> None:
         """Stop ending graces (and following the records, if it did)."""
         await self.stop_graces()
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+        await stop_tasks([self._watcher])
+        self._watcher = None
 
     async def stop_graces(self) -> None:
         self._graces_stopping = True
         self._grace_changed.set()
-        if self._graces is not None:
-            self._graces.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._graces
-            self._graces = None
+        await stop_tasks([self._graces])
+        self._graces = None
 
     # -- clean-up -------------------------------------------------------------------------------
 

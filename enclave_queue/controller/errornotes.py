@@ -22,6 +22,7 @@ from nats.js import api
 
 from ..broker.config import CONTROL_STREAM_BYTES
 from ..broker.connection import BrokerConnection, ensure_stream
+from ..broker.tasks import stop_tasks
 from ..errors import EnclaveError
 from ..names import ERRORS_STREAM, errors_subject
 from ..retry import retry_unavailable
@@ -66,11 +67,7 @@ class ErrorNotes:
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
-        for task in self._trims:
-            task.cancel()
-        for task in list(self._trims):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_tasks(list(self._trims))
 
     async def forget(self, queue_id: str) -> None:
         """A queue was deleted: drop its error notes."""

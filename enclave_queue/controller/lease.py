@@ -34,6 +34,7 @@ from nats.js import api
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
+from ..broker.tasks import stop_tasks
 from ..names import LEASE_BUCKET
 
 log = logging.getLogger("enclave.controller")
@@ -72,10 +73,7 @@ class Lease:
     async def stop(self) -> None:
         """Stop taking part; if held, the work stops and the key is deleted (another node takes
         it at once rather than after TTL)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_tasks([self._task])
         if self.held:
             await self._drop()
             if self._kv is not None:

@@ -59,6 +59,7 @@ from ..auth.provenance import Provenance
 from ..broker.config import CONTROL_STREAM_BYTES
 from ..broker.connection import BrokerConnection, delete_message, ensure_stream, publish_many_into, stored_seq
 from ..broker.direct import Stored, direct_batch, direct_get_subject
+from ..broker.tasks import stop_tasks
 from ..envelope import (
     DEAD_LETTERED_AT,
     FIRST_ENQUEUED,
@@ -110,10 +111,6 @@ FETCH_BATCH = 256  #: advisories asked for by one pull request
 PULL_SECONDS = 5.0  #: how long a pull request for advisories stays open
 READ_BYTES = 8 * 1024 * 1024  #: at most this much of a batch read in one direct get
 SWEEP_PARALLEL = 8  #: queues swept at the same time
-#: tries of a batch whose lease of a pooled connection failed with a KeyError: broker/pool.py's
-#: ``_trim`` pops a connection another trim popped while it awaited a close (seen under load with
-#: more queue accounts than the pool holds); the batch is safe to repeat, so it is, at once
-POOL_RACES = 3
 
 
 class MoveError(EnclaveError):
@@ -194,12 +191,7 @@ class Mover:
             if sub is not None:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
-        tasks = [*self._tasks, *self._running, *self._movers.values()]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_tasks([*self._tasks, *self._running, *self._movers.values()])
         for waiting in self._waiting.values():
             for _, future in waiting.items:
                 future.cancel()
@@ -266,14 +258,8 @@ class Mover:
         """Move messages of ``record``'s queue to its DLQ (or discard them if it has none), as one
         batch; ``read``: the messages, read already. The outcome of each sequence. Safe to repeat."""
         lock = self._locks.setdefault(record.id, asyncio.Lock())
-        for attempt in range(POOL_RACES):
-            try:
-                async with lock, self.conn.account(record.id) as nc:
-                    return await self._move_batch(nc, record, {d.seq: d for d in dead}, how, read)
-            except KeyError:  # broker/pool.py: two trims of the pool raced over one connection
-                if attempt == POOL_RACES - 1:
-                    raise
-        raise AssertionError("unreachable")
+        async with lock, self.conn.account(record.id) as nc:
+            return await self._move_batch(nc, record, {d.seq: d for d in dead}, how, read)
 
     async def _move_batch(self, nc: Client, record: QueueRecord, dead: dict[int, Dead], how: str,
                           read: Optional[Read]) -> dict[int, Outcome]:

@@ -28,6 +28,7 @@ import nats.errors
 from nats.aio.msg import Msg
 
 from ..broker.connection import BrokerConnection
+from ..broker.tasks import stop_tasks
 from ..errors import EnclaveError
 from ..names import advisory_subject
 from ..state.kv import Store
@@ -61,10 +62,7 @@ class NakCounter:
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_tasks([self._task])
         try:
             await asyncio.wait_for(self.flush(), STOP_FLUSH_TIMEOUT)
         except (EnclaveError, nats.errors.Error, TimeoutError) as exc:

@@ -33,7 +33,7 @@ from nats.js import api
 
 from ..broker.connection import BrokerConnection
 from ..broker.storage import StorageGuard
-from ..broker.tasks import keep_running
+from ..broker.tasks import keep_running, stop_tasks
 from ..errors import BrokerUnavailable, EnclaveError, StorageFull
 from ..metrics.instruments import ControlMetrics
 from ..names import CONSUMER, stream_name
@@ -108,12 +108,7 @@ class Reconciler:
     async def stop(self) -> None:
         for timer in self._timers.values():
             timer.cancel()
-        tasks = self._tasks + list(self._running.values())
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_tasks(self._tasks + list(self._running.values()))
 
     def enqueue(self, key: str) -> None:
         """Reconcile ``key`` soon; if it is being reconciled now, once more after that."""

@@ -26,7 +26,7 @@ from ..broker.config import CONTROL_STREAM_BYTES
 from ..broker.connection import BrokerConnection, ensure_stream
 from ..broker.depth import Depth, encode_sample, read_depths
 from ..broker.storage import StorageGuard
-from ..broker.tasks import keep_running
+from ..broker.tasks import keep_running, stop_tasks
 from ..errors import BrokerUnavailable
 from ..names import SAMPLES_STREAM, samples_subject
 from ..state.kv import Store
@@ -68,10 +68,7 @@ class Sampler:
         self._task = keep_running(self._rounds, "depth-sampler")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_tasks([self._task])
 
     async def _rounds(self) -> None:
         # the first round one period after start, not while the reconciler looks at every queue

@@ -29,6 +29,7 @@ from nats.js import api
 from .. import envelope
 from ..broker.config import CONTROL_STREAM_BYTES
 from ..broker.connection import BrokerConnection, delete_message, ensure_stream
+from ..broker.tasks import stop_tasks
 from ..names import NOTES_STREAM, notes_subject
 from ..queues.expiry import drop_expired
 from ..state.kv import Store
@@ -73,9 +74,7 @@ class Deadlines:
         # as the event it waits on is set (a note arriving), and the loop would go on for ever
         self._stopping = True
         self._wake.set()
-        if self._expiry is not None:
-            self._expiry.cancel()
-            await asyncio.gather(self._expiry, return_exceptions=True)
+        await stop_tasks([self._expiry])
         if self._sub is not None:  # after the task: it may have subscribed as it was cancelled
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()

@@ -31,6 +31,7 @@ from nats.aio.msg import Msg
 from .. import envelope
 from ..broker.connection import BrokerConnection, delete_message, publish_into, stored_seq
 from ..broker.depth import read_depth
+from ..broker.tasks import stop_tasks
 from ..controller.naks import NakCounter
 from ..errors import EnclaveError, NotFound, SpecError, field_error
 from ..names import desk_subject, stream_name
@@ -95,10 +96,7 @@ class Desk:
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_tasks(list(self._tasks))
 
     # -- requests -------------------------------------------------------------------------------
 

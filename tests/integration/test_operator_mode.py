@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -301,3 +302,30 @@ async def test_the_account_pool_reuses_bounds_and_never_closes_a_held_connection
     finally:
         await pool.close()
     assert held.is_closed
+
+
+async def test_the_account_pool_trims_safely_while_leases_race(broker, plane):
+    # two trims at once, each with several connections to close: the second runs while the
+    # first awaits a close, and must not pop what the first chose
+    from enclave_queue.broker.pool import AccountConnections
+
+    for n in range(8):
+        await plane.make_queue(f"r{n}", f"pw-{n}")
+    pool = AccountConnections(broker.url, broker.keys, size=2)
+
+    async def use(queue_id: str) -> str:
+        async with pool.lease(queue_id) as nc:
+            return (await nc.jetstream(timeout=5).stream_info(queue_id.upper())).config.name
+
+    try:
+        for _ in range(5):
+            async with contextlib.AsyncExitStack() as held:  # six open at once: over the bound, none closed
+                for n in range(6):
+                    await held.enter_async_context(pool.lease(f"r{n}"))
+                assert len(pool) >= 6
+            names = await asyncio.gather(*(use(f"r{n % 8}") for n in range(6, 30)))
+            assert names == [f"R{n % 8}" for n in range(6, 30)]
+        assert await use("r1") == "R1"
+        assert len(pool) == 2  # back to the bound once nobody holds one
+    finally:
+        await pool.close()
