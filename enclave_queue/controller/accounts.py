@@ -87,7 +87,6 @@ class Accounts:
         self._graces: Optional[asyncio.Task[None]] = None
         self._watcher: Optional[asyncio.Task[None]] = None
         self._readded: set[str] = set()  #: accounts the last sync gave back to the broker
-        self._graces_stopping = False
         self._grace_changed = asyncio.Event()
         self.frozen = False  #: the queue accounts' puts are refused (broker/storage.py)
 
@@ -151,7 +150,6 @@ class Accounts:
         """End each rotation's grace on time from now on (the node that does the work that must
         happen once)."""
         if self._graces is None or self._graces.done():
-            self._graces_stopping = False
             self._graces = asyncio.create_task(self._end_graces(), name="password-graces")
             self._graces.add_done_callback(log_failure)
 
@@ -407,9 +405,8 @@ class Accounts:
     async def _end_graces(self) -> None:
         """End each rotation's grace on time: the old password is forgotten and its signing key
         leaves the account's claims (the broker closes the connections it signed). Ends with
-        ``stop_graces`` (its flag as well as its cancel: Python 3.11's wait_for can swallow a
-        cancel that lands as the event is set)."""
-        while not self._graces_stopping:
+        ``stop_graces``."""
+        while True:
             now = datetime.now(UTC)
             ends = [r.previous_until for r, _ in self._records.values() if r.previous_until is not None]
             for record, revision in list(self._records.values()):
@@ -450,8 +447,6 @@ class Accounts:
         self._watcher = None
 
     async def stop_graces(self) -> None:
-        self._graces_stopping = True
-        self._grace_changed.set()
         await stop_tasks([self._graces])
         self._graces = None
 

@@ -54,7 +54,6 @@ class Deadlines:
         self._wake = asyncio.Event()
         self._sub: Any = None
         self._expiry: Optional[asyncio.Task[None]] = None
-        self._stopping = False
 
     async def start(self) -> None:
         await ensure_stream(self.conn.js, api.StreamConfig(
@@ -66,15 +65,10 @@ class Deadlines:
             max_bytes=CONTROL_STREAM_BYTES[NOTES_STREAM], max_msgs_per_subject=NOTES_PER_QUEUE,
             discard=api.DiscardPolicy.NEW, discard_new_per_subject=True, num_replicas=1,
         ))
-        self._stopping = False
         self._expiry = asyncio.create_task(self._expire_due(), name="desk-expiry")
 
     async def stop(self) -> None:
-        # the flag as well as the cancel: Python 3.11's wait_for can swallow a cancel that lands
-        # as the event it waits on is set (a note arriving), and the loop would go on for ever
-        self._stopping = True
-        self._wake.set()
-        await stop_tasks([self._expiry])
+        await stop_tasks([self._expiry])  # cancelled again if a cancel is lost (broker/tasks.py)
         if self._sub is not None:  # after the task: it may have subscribed as it was cancelled
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
@@ -84,7 +78,7 @@ class Deadlines:
         """Read every note from the start, then each new one (an ordered consumer). Its creation
         is retried: JetStream can be slow to answer while the control plane starts."""
         delay = 0.1
-        while not self._stopping:
+        while True:
             try:
                 self._sub = await self.conn.js.subscribe(notes_subject("*"), ordered_consumer=True, cb=self._on_note)
                 return
@@ -121,7 +115,7 @@ class Deadlines:
 
     async def _expire_due(self) -> None:
         await self._read_notes()
-        while not self._stopping:
+        while True:
             now = datetime.now(UTC)
             due = []
             while self._deadlines and self._deadlines[0][0] <= now:

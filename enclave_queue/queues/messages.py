@@ -246,8 +246,8 @@ class Messages:
         """A received message as the API returns it, with its sealed receipt."""
         meta = msg.metadata
         receipt = self.master.seal_handle(json.dumps({"r": msg.reply, "until": hidden_until.timestamp(),
-                                              "n": meta.num_delivered}).encode(),
-                                   RECEIPT_PURPOSE, record.id)
+                                                     "n": meta.num_delivered}).encode(),
+                                          RECEIPT_PURPOSE, record.id)
         headers = dict(msg.headers or {})
         return {
             "receipt": receipt,

@@ -157,7 +157,7 @@ class SqsMessages:
         first = now if count == 1 else (known.first_received if known else None)
         self._remember(record.id, seq, Lease(count, until, first))
         receipt = self.master.seal_handle(json.dumps({"r": msg.reply, "s": seq, "n": count, "u": until}).encode(),
-                                   RECEIPT_PURPOSE, record.id)
+                                          RECEIPT_PURPOSE, record.id)
         sent = parse_time(headers.get(ENQUEUED_AT)) or meta.timestamp
         return Received(seq, receipt, msg.data or b"", headers, count, sent, first)
 
