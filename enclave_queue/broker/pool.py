@@ -29,9 +29,8 @@ from .claims import control_user
 
 log = logging.getLogger("enclave.broker")
 
-#: queue accounts whose connections stay open at once: enough for the dead-letter mover's queues
-#: moving side by side and their DLQs many times over (controller/mover.py, MOVING_QUEUES)
-POOL_SIZE = 256
+#: queue accounts whose connections stay open at once
+POOL_SIZE = 64
 CONNECT_TIMEOUT = 2.0  #: seconds
 CLOSE_TIMEOUT = 2.0  #: seconds one connection may take to close when the control process stops
 
