@@ -49,6 +49,9 @@ class AccountConnections:
         self._url, self.keys, self._size = url, keys, size
         self._open: dict[str, _Open] = {}
         self._opening: dict[str, asyncio.Lock] = {}
+        #: deleted queues' accounts (``forget``; ids are never reused): a connection opened into
+        #: one after its deletion would be closed by the broker and reconnect for ever
+        self._gone: set[str] = set()
         self._closed = False
 
     def __len__(self) -> int:
@@ -73,14 +76,16 @@ class AccountConnections:
     async def _acquire(self, queue_id: str) -> _Open:
         if self._closed:
             raise BrokerUnavailable("The control plane is stopping.")
+        if queue_id in self._gone:
+            raise BrokerUnavailable(f"Queue account {queue_id} was deleted.")
         lock = self._opening.setdefault(queue_id, asyncio.Lock())
         async with lock:
             entry = self._open.get(queue_id)
             if entry is None or entry.nc.is_closed:
                 nc = await self._connect(queue_id)
-                if self._closed:  # the pool closed while this connected: it must not outlive the stop
+                if self._closed or queue_id in self._gone:  # closed or forgotten while this connected
                     await nc.close()
-                    raise BrokerUnavailable("The control plane is stopping.")
+                    raise BrokerUnavailable(f"The control plane is stopping, or queue account {queue_id} was deleted.")
                 entry = self._open[queue_id] = _Open(nc)
             entry.holders += 1
             entry.used = time.monotonic()
@@ -106,7 +111,8 @@ class AccountConnections:
             entry.used = time.monotonic()
 
     async def forget(self, queue_id: str) -> None:
-        """Close a deleted queue's connection (its account is gone)."""
+        """Close a deleted queue's connection (its account is gone), and open none into it again."""
+        self._gone.add(queue_id)
         entry = self._open.pop(queue_id, None)
         self._opening.pop(queue_id, None)
         if entry is not None:

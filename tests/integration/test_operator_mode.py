@@ -327,3 +327,35 @@ async def test_the_account_pool_trims_safely_while_leases_race(broker, plane):
         assert await asyncio.gather(*(use(f"r{n}") for n in range(6))) == [f"R{n}" for n in range(6)]
     finally:
         await pool.close()
+
+
+async def test_the_account_pool_opens_nothing_into_a_forgotten_account(broker, plane):
+    # a deleted queue's account: a connection into it, opened after or while it was forgotten,
+    # would be closed by the broker and reconnect for ever
+    from enclave_queue.broker.pool import AccountConnections
+    from enclave_queue.errors import BrokerUnavailable
+
+    for name in ("f0", "f1"):
+        await plane.make_queue(name, f"pw-{name}")
+    pool = AccountConnections(broker.url, broker.keys, size=4)
+    try:
+        async with pool.lease("f0") as nc:
+            pass
+        await pool.forget("f0")
+        assert nc.is_closed and len(pool) == 0
+        with pytest.raises(BrokerUnavailable, match="f0 was deleted"):
+            async with pool.lease("f0"):
+                pass
+
+        async def lease_f1() -> None:
+            async with pool.lease("f1"):
+                pass
+
+        connecting = asyncio.create_task(lease_f1())
+        await asyncio.sleep(0)  # under way: connecting
+        await pool.forget("f1")
+        with pytest.raises(BrokerUnavailable, match="f1 was deleted"):
+            await connecting
+        assert len(pool) == 0
+    finally:
+        await pool.close()
