@@ -68,6 +68,10 @@ NAME = "deadletters"
 MOVED_LINE = re.compile(r"messages ([\d,]+) of queue \S+?\.(\S+) (?:moved to|discarded).*\((advisory|sweep|reject)\)")
 PATHS = ("advisory", "sweep")
 CONNECTING = 8  #: app connections opened at the same time before a phase
+GAP = 0.05  #: seconds between a queue's messages: 20 msg/s a queue, 2,000 a second with 100 queues
+#: the calm case: 2 msg/s a queue, 200 a second with 100 queues, a load the broker's own redelivery
+#: (the baseline) takes without queueing on 2 cores
+CALM_GAP = 0.5
 
 
 @dataclass
@@ -98,7 +102,7 @@ async def _dlq_worker(dlq: Any, nacked: dict[str, float], samples: int, got: lis
         await dlq.delete_many(batch)
 
 
-async def _failing_worker(queue: Any, dlq: Any, samples: int, got: list[Sample]) -> None:
+async def _failing_worker(queue: Any, dlq: Any, samples: int, got: list[Sample], gap: float) -> None:
     """A busy queue whose worker fails every message: a pull is always waiting on the source (as
     on any busy queue), so the broker's advisory comes at once; every message is nacked on its
     only receive, and a worker on the DLQ takes the dead letters."""
@@ -115,14 +119,14 @@ async def _failing_worker(queue: Any, dlq: Any, samples: int, got: list[Sample])
     tasks = [asyncio.create_task(work(queue)), asyncio.create_task(_dlq_worker(dlq, nacked, samples, here))]
     for i in range(samples):
         await queue.send(f"m{i}")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(gap)
     await asyncio.wait_for(tasks[1], 120)
     done.set()
     await tasks[0]
     got.extend(here)
 
 
-async def _idle_failing_worker(queue: Any, dlq: Any, samples: int, got: list[Sample]) -> None:
+async def _idle_failing_worker(queue: Any, dlq: Any, samples: int, got: list[Sample], gap: float) -> None:
     """A queue whose worker takes its messages once, nacks them all and pulls no more: no pull
     waits after the last receive, so no advisory comes by itself, and the sweep's probe (every
     ENCLAVE_SWEEP_SECONDS) is what finds them."""
@@ -139,7 +143,7 @@ async def _idle_failing_worker(queue: Any, dlq: Any, samples: int, got: list[Sam
     got.extend(here)
 
 
-async def _redelivering_worker(one: Any, two: Any, samples: int, got: list[Sample]) -> None:
+async def _redelivering_worker(one: Any, two: Any, samples: int, got: list[Sample], gap: float) -> None:
     """The baseline's busy queue: messages sent as to a failing worker's queue, two workers on two
     connections; whichever takes a message on its first receive nacks it, whichever takes it on
     its second records the latency (from the nack) and deletes it."""
@@ -164,14 +168,14 @@ async def _redelivering_worker(one: Any, two: Any, samples: int, got: list[Sampl
     tasks = [asyncio.create_task(work(one)), asyncio.create_task(work(two))]
     for i in range(samples):
         await one.send(f"m{i}")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(gap)
     await asyncio.wait_for(done.wait(), 120)
     await asyncio.gather(*tasks)
     got.extend(here)
 
 
 async def _phase(kind: str, pairs: list[tuple[dict[str, str], dict[str, str]]], samples: int,
-                 got: list[Sample]) -> None:
+                 got: list[Sample], gap: float = GAP) -> None:
     """Every queue at once: failing its messages into the DLQ with a pull waiting ('busy') or
     none ('idle'), or (the baseline) the DLQs, empty again, as plain queues with no receive limit,
     redelivering theirs. Two connections a queue either way, opened (a few at a time: hundreds
@@ -186,7 +190,7 @@ async def _phase(kind: str, pairs: list[tuple[dict[str, str], dict[str, str]]], 
 
         two = [(s, d) if kind != "redelivered" else (d, d) for s, d in pairs]
         queues = await asyncio.gather(*(asyncio.gather(open_one(a), open_one(b)) for a, b in two))
-        await asyncio.gather(*(worker(a, b, samples, got) for a, b in queues))
+        await asyncio.gather(*(worker(a, b, samples, got, gap) for a, b in queues))
 
 
 def _add_percentiles(report: Report, case: str, values: list[float], base: Optional[list[float]], q: int,
@@ -202,11 +206,16 @@ def _add_percentiles(report: Report, case: str, values: list[float], base: Optio
 
 def latency(report: Report, quick: bool, queues: Optional[list[int]] = None) -> None:
     rounds = 2 if quick else MIN_ROUNDS
-    for busy in queues or ((1, 10) if quick else (1, 100)):
+    cases = [(busy, GAP) for busy in queues or ((1, 10) if quick else (1, 100))]
+    if not quick and not queues:
+        cases.append((100, CALM_GAP))
+    for busy, gap in cases:
         samples = 5 if quick or busy > 1 else 100  #: messages per queue per round
         # the idle case waits for the sweep, about a second a message with one queue: only many at once
-        kinds = ["busy", "redelivered", *(["idle"] if busy > 1 else [])]
-        say(f"deadletters: latency with {busy} queue(s), {samples} message(s) each, {rounds} rounds: {kinds}")
+        kinds = ["busy", "redelivered", *(["idle"] if busy > 1 and gap == GAP else [])]
+        paced = "" if gap == GAP else f" at {1 / gap:g} msg/s each"
+        label = f"{busy} busy queue(s){paced}"
+        say(f"deadletters: latency with {busy} queue(s){paced}, {samples} message(s) each, {rounds} rounds: {kinds}")
         pooled: dict[str, list[Sample]] = {kind: [] for kind in kinds}
         round_p50: dict[str, list[float]] = {kind: [] for kind in kinds}
         with enclave_stack(env={"ENCLAVE_LOG_LEVEL": "info"}) as stack:  # info: the mover names each way in
@@ -220,7 +229,7 @@ def latency(report: Report, quick: bool, queues: Optional[list[int]] = None) -> 
             for r in range(rounds):
                 for kind in round_order(r, kinds):
                     got: list[Sample] = []
-                    asyncio.run(_phase(kind, pairs, samples, got))
+                    asyncio.run(_phase(kind, pairs, samples, got, gap))
                     pooled[kind] += got
                     round_p50[kind].append(percentile([s.ms for s in got], 50))
                     quiet(stack)
@@ -240,20 +249,21 @@ def latency(report: Report, quick: bool, queues: Optional[list[int]] = None) -> 
                     + f"; {again} reached the DLQ worker on a redelivery of the DLQ")
             if q == 50:
                 note += "; p50 per round: " + paired(round_p50["busy"], round_p50["redelivered"], "ms")
-            _add_percentiles(report, f"nack of last receive -> on DLQ, {busy} busy queue(s)", ms["busy"],
+            _add_percentiles(report, f"nack of last receive -> on DLQ, {label}", ms["busy"],
                              redelivered, q, target, note)
             for kind in ("busy", "idle"):
                 for path in PATHS:
                     values = by_path.get(kind, {}).get(path, [])
                     if values and (kind == "idle" or path == "advisory" or len(values) >= samples_for(q)):
-                        _add_percentiles(report, f"  {kind}, moved by the {path}, {busy} queue(s)", values, None, q,
+                        _add_percentiles(report, f"  {kind}, moved by the {path}, {label}", values, None, q,
                                          note=f"{len(values)} samples; " + (
                                              "no pull waits: found by the sweep's probe (ENCLAVE_SWEEP_SECONDS=1)"
                                              if kind == "idle" else "a pull always waits"))
-        report.info[f"latency_ms_{busy}"] = {
+        key = f"latency_ms_{busy}{'_calm' if paced else ''}"
+        report.info[key] = {
             kind: {path: [round(x, 1) for x in sorted(v)] for path, v in paths.items()} for kind, paths in by_path.items()}
-        report.info[f"latency_ms_{busy}"]["redelivered"] = [round(x, 1) for x in sorted(redelivered)]
-        report.info[f"latency_ms_{busy}"]["round_p50_ms"] = {k: [round(x, 1) for x in v] for k, v in round_p50.items()}
+        report.info[key]["redelivered"] = [round(x, 1) for x in sorted(redelivered)]
+        report.info[key]["round_p50_ms"] = {k: [round(x, 1) for x in v] for k, v in round_p50.items()}
 
 
 async def _fill(dlq: dict[str, str], source_name: str, count: int) -> None:

@@ -256,13 +256,18 @@ JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
 
 
+#: what ``json.dumps(body, separators=(",", ":"))`` makes, without building an encoder a call (a
+#: tenth of a JSON body's encoding on the benchmark machine)
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
 def encode(body: Any) -> tuple[bytes, Optional[dict[str, str]]]:
     """A body as bytes and headers: bytes as they are, str as UTF-8 text, anything else as JSON."""
     if isinstance(body, (bytes, bytearray, memoryview)):
         return bytes(body), None
     if isinstance(body, str):
         return body.encode(), {"Content-Type": TEXT}
-    return json.dumps(body, separators=(",", ":")).encode(), {"Content-Type": JSON}
+    return _COMPACT_JSON.encode(body).encode(), {"Content-Type": JSON}
 
 
 def nak_delay(wanted: float, receive_count: int, backoff: list[float]) -> float:

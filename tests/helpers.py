@@ -105,15 +105,20 @@ async def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: 
     raise AssertionError(f"condition not met within {timeout:g} s (last value: {last!r})")
 
 
-async def pulls_waiting(creds: dict[str, Any]) -> int:
-    """Pull requests the broker holds for the queue's consumer: a long poll in progress (asked as
-    the queue's own user, CONSUMER.INFO)."""
+async def consumer_info(creds: dict[str, Any]) -> Any:
+    """The queue's consumer as the broker reports it (CONSUMER.INFO, asked as the queue's own user):
+    ``num_waiting`` pull requests, ``num_ack_pending`` leased messages, ``num_pending`` waiting ones."""
     client = RawClient()
     nc = await client.connect(creds)
     try:
-        return (await nc.jetstream().consumer_info(creds["stream"], creds["consumer"])).num_waiting
+        return await nc.jetstream().consumer_info(creds["stream"], creds["consumer"])
     finally:
         await client.close()
+
+
+async def pulls_waiting(creds: dict[str, Any]) -> int:
+    """Pull requests the broker holds for the queue's consumer: a long poll in progress."""
+    return (await consumer_info(creds)).num_waiting
 
 
 #: routes with a credential of their own instead of the API token or the console's session: the

@@ -20,6 +20,9 @@ class OperatorKeys:
 
     def __init__(self, master: MasterKey) -> None:
         self._master = master
+        #: queue id -> its account's public key: each derivation is an HKDF and an Ed25519 key pair,
+        #: and the broker's subjects name accounts by key (a login, a JSZ read, a claims push)
+        self._account_publics: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return "OperatorKeys(<hidden>)"
@@ -41,6 +44,13 @@ class OperatorKeys:
 
     def queue_account(self, queue_id: str) -> nkeys.KeyPair:
         return self._key(nkeys.PREFIX_BYTE_ACCOUNT, f"queue:{queue_id}")
+
+    def queue_account_public(self, queue_id: str) -> str:
+        """The public key that names a queue's account on the broker (remembered: not a secret)."""
+        found = self._account_publics.get(queue_id)
+        if found is None:
+            found = self._account_publics[queue_id] = public_key(self.queue_account(queue_id))
+        return found
 
     def queue_signer(self, queue_id: str, version: int) -> nkeys.KeyPair:
         """The signing key of a queue's password version ``version``."""

@@ -56,6 +56,15 @@ def delivery(reply: str) -> Delivery:
     return Delivery(tokens[2], tokens[3], int(tokens[4]), int(tokens[5]), int(tokens[7]))
 
 
+def counts(reply: str) -> tuple[int, int]:
+    """A delivery's receive count and stream sequence: what every received message needs, parsed
+    as ``delivery`` does without building the rest (a get pays it once a message)."""
+    tokens = reply.split(".")
+    if len(tokens) > 9:
+        return int(tokens[6]), int(tokens[7])
+    return int(tokens[4]), int(tokens[5])
+
+
 class Ack(NamedTuple):
     """One acknowledgement to confirm: ``payload`` to a message's ``reply`` subject."""
 

@@ -11,7 +11,9 @@ messages pipelined one by one), sent again whole as ``put_many`` is. If the brok
 whole (the queue has no room for all of them, say), nothing was stored, and the messages are sent
 again one by one so each gets its own outcome. Where the broker syncs on an interval, staging an
 atomic batch costs the broker more than the fsyncs it saves, so the messages are pipelined: one
-inbox counts their PubAcks; they carry no Nats-Msg-Id, so nothing is sent again.
+inbox counts their PubAcks; they carry no Nats-Msg-Id, so nothing is sent again. There the client's
+CPU sets the pace, so the pipelined messages are written into the connection's buffer a chunk at a
+time, bypassing ``nc.publish`` (pipe.py), and the broker starts on a chunk while the next is built.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..errors import (
     QueueFull,
     SpecError,
 )
+from .pipe import Pipe
 from .sending import PutUnderWay, Sending
 from .session import DEFAULT_TIMEOUT, RESEND_AFTER, Backoff, Session, unavailable
 from .settings import Settings
@@ -95,9 +98,12 @@ class Batching:
 
     async def _pipelined(self, bodies: list[Any], window: int, timeout: float) -> int:
         """``send_batch`` one message after another, up to ``window`` unconfirmed. The PubAcks all
-        come to one inbox of its own and are counted as they arrive (no future per message), which
-        keeps up with a raw pipelined publisher. The connection lost, their PubAcks are lost with
-        it, so it waits only LOST_QUIET seconds for more after a reconnect."""
+        come to one inbox of its own and are counted as they arrive (no future per message). The
+        messages go out a chunk at a time (pipe.py), letting the loop run between chunks: the
+        broker works on one while the next is built and the PubAcks so far are read, where a whole
+        batch written at once left the broker idle while it was built and the client idle while
+        the broker caught up. The connection lost, their PubAcks are lost with it, so it waits only
+        LOST_QUIET seconds for more after a reconnect."""
         token, broken = self._session.broken_waiter("b")  # broken: failed by a permission denial or close
         inbox = f"{self._session.mux}.batch.{token}"  # two tokens: outside the reply wildcard's reach
         sent = acked = stored = skipped = 0
@@ -149,6 +155,7 @@ class Batching:
         limit = await self._settings.max_message_bytes()
         sub = await self._session.nc.subscribe(inbox, cb=on_ack)
         try:
+            pipe = Pipe(self._session.nc, self._session.subject, inbox)
             for body in bodies:
                 data, content = envelope.encode(body)
                 if len(data) > limit:
@@ -157,9 +164,14 @@ class Batching:
                     skipped += 1
                     continue
                 sent += 1
-                await self._session.nc.publish(self._session.subject, data, reply=inbox, headers=content)
+                pipe.add(data, content)
                 if sent - acked >= window:
+                    await pipe.flush()
                     await settle(window - 1)
+                elif pipe.full:
+                    await pipe.flush()
+                    await asyncio.sleep(0)  # the writer sends the chunk, and PubAcks are read, while the next is built
+            await pipe.flush()
             await settle(0)
         finally:
             self._session.stop_waiting(token, broken)

@@ -80,7 +80,7 @@ class Message:
     (or its retry schedule's entry for this receive) from receipt, or ``lease_s`` when the receive
     or ``extend`` asked for one."""
 
-    __slots__ = ("_session", "_settings", "data", "headers", "_reply", "receive_count", "sequence", "_sent_ns", "id",
+    __slots__ = ("_session", "_settings", "data", "headers", "_reply", "receive_count", "sequence", "id",
                  "attempts", "last_error", "_lease_end", "_server_lease", "_keeper", "_settled", "_lease_ran_out",
                  "_window")
 
@@ -92,10 +92,8 @@ class Message:
         self.data: bytes = msg.data
         self.headers: dict[str, str] = msg.headers or {}
         self._reply: str = msg.reply
-        delivered = acks.delivery(msg.reply)
-        self.receive_count = delivered.receive_count  #: receives of this copy, this one included
-        self.sequence = delivered.sequence  #: this copy's position in the queue's stream
-        self._sent_ns = delivered.sent_ns
+        #: receives of this copy, this one included; this copy's position in the queue's stream
+        self.receive_count, self.sequence = acks.counts(msg.reply)
         self.id: int = envelope.message_id(self.headers, self.sequence)
         self.attempts: int = envelope.prior_attempts(self.headers) + self.receive_count
         self.last_error: Optional[str] = None  #: the last error a worker reported for it (nack or reject)
@@ -118,7 +116,7 @@ class Message:
     @property
     def sent_at(self) -> datetime:
         """When this copy was stored (for a delayed message: when it became due)."""
-        return datetime.fromtimestamp(self._sent_ns / 1e9, UTC)
+        return datetime.fromtimestamp(acks.delivery(self._reply).sent_ns / 1e9, UTC)
 
     @property
     def enqueued_at(self) -> datetime:
@@ -274,19 +272,30 @@ async def received(session: Session, settings: Settings, msgs: list[Msg], lease_
     read, leases set (see the module's docstring)."""
     if not msgs:
         return []
-    config = await settings.consumer()
-    messages = [Message(session, settings, msg, config) for msg in msgs]
+    config = settings.cached("consumer") or await settings.consumer()
     max_deliver = config["max_deliver"]
-    now = datetime.now(UTC)
-    expired = [m for m in messages if m.deadline is not None and m.deadline <= now]
-    over = [m for m in messages if max_deliver > 0 and m.attempts > max_deliver and m not in expired]
+    now: Optional[datetime] = None  #: read once, and only if a message has a deadline
+    kept: list[Message] = []
+    expired: list[Message] = []
+    over: list[Message] = []
+    for msg in msgs:
+        message = Message(session, settings, msg, config)
+        if message.headers.get(envelope.DEADLINE):
+            now = now or datetime.now(UTC)
+            deadline = message.deadline
+            if deadline is not None and deadline <= now:
+                expired.append(message)
+                continue
+        if 0 < max_deliver < message.attempts:
+            over.append(message)
+        else:
+            kept.append(message)
     if expired:
         await session.desk("expire", {"seqs": [m.sequence for m in expired]})
         await acks.ack_unconfirmed(session, [m._reply for m in expired])  # their leases; the messages are gone
     for message in over:
         with contextlib.suppress(EnclaveError):
             await message.reject("received more often than max_receives allows (with releases)")
-    kept = [m for m in messages if m not in expired and m not in over]
     tried = [m for m in kept if m.attempts > 1]
     if tried:
         notes = await session.desk("notes", {"ids": sorted({m.id for m in tried})})

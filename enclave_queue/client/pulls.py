@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from typing import Any, Optional
+from typing import Optional
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -53,23 +52,30 @@ async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 
     broker did not take it ("no responders": JetStream starting, or a configuration reload), and
     when it went unanswered. It returns by the end of ``wait`` (PULL_GRACE later if the broker
     does not answer); a pull that does not wait, by ``answer_by`` (default: NO_WAIT_ANSWER from
-    now). Messages beyond ``batch`` (two requests both answered) are given back at once."""
+    now). Messages beyond ``batch`` (two requests both answered) are given back at once.
+
+    A ``get`` in a loop pays this once a message, so the common case (one request, answered)
+    starts no task and subscribes nothing: two futures, one timer, one publish, and its request
+    is encoded without ``json``."""
     session.check_open()
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
+    now = loop.time()
+    deadline = now + wait
     if answer_by is None:
-        answer_by = deadline + PULL_GRACE if wait > 0 else loop.time() + NO_WAIT_ANSWER
+        answer_by = deadline + PULL_GRACE if wait > 0 else now + NO_WAIT_ANSWER
     token = session.token("p")
     waiter = Pull(batch, loop.create_future())
-    session.waiting[token] = waiter
+    session.waiting[token] = waiter  # a denial of its inbox's subscription (a new one) fails it too
     current = 0  #: the request whose end counts (a message from any of them does)
     held = False  #: a request the broker may still answer after this pull is over
+    messages = waiter.messages
 
     def collect(msg: Msg) -> None:
-        status = msg.headers.get(STATUS) if msg.headers else None
+        headers = msg.headers
+        status = headers.get(STATUS) if headers else None
         if status is None:
-            waiter.messages.append(msg)
-            if len(waiter.messages) < batch:
+            messages.append(msg)
+            if len(messages) < batch:
                 return
         elif status == "100" or msg.subject.rsplit(".", 1)[1] != str(current):  # a heartbeat; an older request
             return
@@ -79,10 +85,10 @@ async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 
         if not waiter.done.done():
             waiter.done.set_result(None)
 
-    inbox = await session.take_inbox(lambda msg: _stray(session, msg))
+    inbox = await session.take_inbox(_stray)
     inbox.handler = collect
     subject = next_subject(session, level)
-    backoff = Backoff()
+    backoff: Optional[Backoff] = None
     send, waits, ended, buffered, answer_at = True, False, True, False, 0.0
     reconnect = session.reconnect
     try:
@@ -94,22 +100,17 @@ async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 
                 current, reply = inbox.reply()
                 piece = min(deadline - loop.time(), PULL_SLICE)
                 waits = piece >= MIN_SLICE
-                request: dict[str, Any] = {"batch": batch - len(waiter.messages)}
-                if waits:
-                    request["expires"] = int(piece * 1e9)
-                else:
-                    request["no_wait"] = True
+                request = _request(batch - len(messages), piece if waits else 0.0)
                 buffered = not session.nc.is_connected  # nats-py sends it when the connection is back
                 reconnect = session.reconnect
-                await session.nc.publish(subject, json.dumps(request).encode(), reply=reply)
+                await session.nc.publish(subject, request, reply=reply)
                 answer_at = loop.time() + (piece + PULL_GRACE if waits else NO_WAIT_ANSWER)
             until = answer_by if buffered and loop.time() >= answer_at else min(answer_at, answer_by)
-            await asyncio.wait({waiter.done, reconnect}, timeout=max(until - loop.time(), 0.001),
-                               return_when=asyncio.FIRST_COMPLETED)
+            await _until(loop, waiter.done, reconnect, until)
             ended = waiter.done.done()
             if ended:
                 waiter.done.result()  # raises PermissionDenied, Unauthorized or "Client is closed."
-            if len(waiter.messages) >= batch or (ended and waiter.messages):
+            if len(messages) >= batch or (ended and messages):
                 break
             now = loop.time()
             if now >= (deadline if waits else answer_by) or (ended and not waits and not waiter.unanswered):
@@ -122,21 +123,53 @@ async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 
             send = ended or (now >= answer_at and not buffered) or (lost and (waits or not buffered))
             buffered = buffered and not lost
             if ended and waiter.status != "408":  # not "expired": no responders, or an odd end; not at once
+                backoff = backoff or Backoff()
                 await asyncio.sleep(backoff.next())
             waiter.again()
         # a request neither filled nor ended (the broker did not answer in time) may be answered yet
         held = held or not waiter.done.done()
     except asyncio.CancelledError:
         held = held or not waiter.done.done()  # cancelled mid-wait: the broker may still hold it
-        acks.orphaned(session, waiter.messages)
+        acks.orphaned(session, messages)
         raise
     finally:
         session.waiting.pop(token, None)
         await session.give_inbox(inbox, spare=not held)
-    if len(waiter.messages) > batch:
-        acks.orphaned(session, waiter.messages[batch:])
-        del waiter.messages[batch:]
-    return waiter.messages
+    if len(messages) > batch:
+        acks.orphaned(session, messages[batch:])
+        del messages[batch:]
+    return messages
+
+
+def _request(batch: int, expires: float) -> bytes:
+    """A pull request's body: ``batch`` messages, waiting ``expires`` seconds (0: not at all)."""
+    if expires:
+        return b'{"batch":%d,"expires":%d}' % (batch, int(expires * 1e9))
+    return b'{"batch":%d,"no_wait":true}' % batch
+
+
+async def _until(loop: asyncio.AbstractEventLoop, ended: asyncio.Future[None], reconnect: asyncio.Future[None],
+                 until: float) -> None:
+    """Wait until ``ended`` or ``reconnect`` is done or the loop's clock reaches ``until``: what
+    ``asyncio.wait`` does for two futures and a timeout, without its per-call set, checks and
+    bookkeeping (a get in a loop pays it once a message)."""
+    if ended.done() or reconnect.done():
+        return
+    woken = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    timer = loop.call_at(max(until, loop.time() + 0.001), wake)
+    ended.add_done_callback(wake)
+    reconnect.add_done_callback(wake)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+        ended.remove_done_callback(wake)
+        reconnect.remove_done_callback(wake)
 
 
 def _stray(session: Session, msg: Msg) -> None:
@@ -186,7 +219,7 @@ async def pull_any(session: Session, levels: tuple[int, ...], wait: float) -> li
             session.check_open()
             session.waiting[token] = waiter  # again: a failure meanwhile took it out and ended only the last
             current += 1
-            request = json.dumps({"batch": 1, "expires": int(piece * 1e9)}).encode()
+            request = _request(1, piece)
             reconnect = session.reconnect
             for level in levels:
                 await session.nc.publish(next_subject(session, level), request, reply=f"{inbox}.{current}.{level}")

@@ -61,16 +61,20 @@ class Receiving:
             raise SpecError(f"batch {rule}.", errors=[{"field": "batch", "message": rule}])
         if lease_s is not None:
             lease_s = envelope.check_lease(lease_s)
+        return await self._receive(batch, wait, lease_s)
+
+    async def _receive(self, batch: int, wait: float, lease_s: Optional[float]) -> list[Message]:
+        """``receive`` once its arguments are checked."""
         session = self._session
         levels = await self._settings.levels()
+        if levels == (0,) and batch == 1 and wait >= MIN_SLICE:
+            # a waiting pull of one returns as soon as one is there: asking without waiting first
+            # would only cost a waiting worker (get) a round trip per message
+            return await self._arrive(await pull(session, 1, wait=wait), lease_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         answer_by = max(deadline, loop.time() + NO_WAIT_ANSWER)  # a broker down all the while: back by then
         if levels == (0,):
-            if batch == 1 and wait >= MIN_SLICE:
-                # a waiting pull of one returns as soon as one is there: asking without waiting first
-                # would only cost a waiting worker (get) a round trip per message
-                return await self._arrive(await pull(session, 1, wait=wait), lease_s)
             msgs = await pull(session, batch, answer_by=answer_by)
             if not msgs and deadline - loop.time() >= MIN_SLICE:
                 msgs = await pull(session, 1, wait=deadline - loop.time())
@@ -90,6 +94,8 @@ class Receiving:
 
     async def _arrive(self, msgs: list[Msg], lease_s: Optional[float]) -> list[Message]:
         """``message.received``; if the receive is cancelled meanwhile, the messages are given back."""
+        if not msgs:
+            return []
         try:
             return await message.received(self._session, self._settings, msgs, lease_s)
         except asyncio.CancelledError:
@@ -113,10 +119,12 @@ class Receiving:
         as soon as one arrives); None if none came. ``lease_s`` (1 s to 12 h) is how long it is
         yours instead of the queue's visibility timeout."""
         timeout_s = _wait_rule("timeout_s", timeout_s, MAX_GET_WAIT)
+        if lease_s is not None:
+            lease_s = envelope.check_lease(lease_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:  # a message dropped on arrival (expired) does not end the wait
-            messages = await self.receive(1, max(deadline - loop.time(), 0.0), lease_s=lease_s)
+            messages = await self._receive(1, max(deadline - loop.time(), 0.0), lease_s)
             if messages or loop.time() >= deadline:
                 return messages[0] if messages else None
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 from collections.abc import Awaitable, Callable, Coroutine
@@ -152,11 +153,12 @@ class Session:
     async def start(self) -> None:
         self._sub = await self.nc.subscribe(f"{self.mux}.*", cb=self._on_reply)
 
-    async def take_inbox(self, stray: Callable[[Msg], None]) -> PullInbox:
-        """A ``PullInbox`` for one pull: a spare one, or a new one whose strays go to ``stray``."""
+    async def take_inbox(self, stray: Callable[[Session, Msg], None]) -> PullInbox:
+        """A ``PullInbox`` for one pull: a spare one, or a new one whose strays go to ``stray``
+        (with this session)."""
         if self._spare_inboxes:
             return self._spare_inboxes.pop()
-        inbox = PullInbox(self.nc, f"{self.mux}.pull{self.token()}", stray)
+        inbox = PullInbox(self.nc, f"{self.mux}.pull{self.token()}", functools.partial(stray, self))
         await inbox.start()
         return inbox
 

@@ -21,6 +21,7 @@ from ..spec import HEADER_ROOM
 from .session import Session
 
 SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are cached
+PRIORITY_LEVELS = (*reversed(LANES), 0)  #: a queue with ``priorities``: its levels, highest first
 BROKER_TIMEOUT = 2.0  #: seconds the control plane is given to say how the broker syncs
 BROKER_WAIT = 0.25  #: seconds a first batch waits for that answer before it assumes every write is synced
 
@@ -65,6 +66,17 @@ class Settings:
         value = await read()
         self._values[key] = (time.monotonic() + SCHEDULE_TTL, value)
         return value
+
+    def cached(self, key: str) -> Any:
+        """Setting ``key`` as last read, without awaiting anything (None if never read; a stale one
+        is refreshed in the background): what a receive reads once a message, at no cost of a
+        coroutine."""
+        found = self._values.get(key)
+        if found is None:
+            return None
+        if time.monotonic() > found[0]:
+            self._refresh(key)
+        return found[1]
 
     async def _setting(self, key: str) -> Any:
         """A setting as last read: read now if never read; once stale, the stale value is used while
@@ -132,4 +144,5 @@ class Settings:
 
     async def levels(self) -> tuple[int, ...]:
         """The queue's priority levels, highest first: 9 to 0 on a queue with ``priorities``, else 0."""
-        return (*reversed(LANES), 0) if (await self.stream()).lanes else (0,)
+        stream = self.cached("stream") or await self.stream()
+        return PRIORITY_LEVELS if stream.lanes else (0,)

@@ -186,7 +186,7 @@ class Accounts:
     def _claims(self, record: AccountRecord) -> dict[str, object]:
         signers = tuple(self.keys.public(self.keys.queue_signer(record.id, v)) for v in self._versions(record))
         control = self.keys.public(self.keys.platform_account("control"))
-        return queue_account(record.id, self.keys.public(self.keys.queue_account(record.id)), control,
+        return queue_account(record.id, self.keys.queue_account_public(record.id), control,
                              max_bytes=account_bytes(record), signing_keys=signers, frozen=self.frozen)
 
     def claims_of(self, record: AccountRecord) -> str:
@@ -196,7 +196,7 @@ class Accounts:
     def _held(self, record: AccountRecord) -> bool:
         """Whether the broker's resolver directory holds the account's claims as they are now
         (signed by our operator): pushing them again would change nothing."""
-        path = Path(self.base.resolver_dir) / f"{self.keys.public(self.keys.queue_account(record.id))}.jwt"
+        path = Path(self.base.resolver_dir) / f"{self.keys.queue_account_public(record.id)}.jwt"
         try:
             held = jwt.decode(path.read_text().strip(), issuer_prefix="O")
         except (OSError, jwt.JWTError):
@@ -242,7 +242,7 @@ class Accounts:
         # allowed (logins refused "maximum account active connections exceeded" for ~13 s)
         again, self._readded = self._readded, set()
         for record, _ in list(self._records.values()):
-            key = self.keys.public(self.keys.queue_account(record.id))
+            key = self.keys.queue_account_public(record.id)
             if key not in listed or record.id in again or self._pushed.get(record.id) != self._pushed_form(record):
                 await self.push(record)
                 if key not in listed:
@@ -433,7 +433,7 @@ class Accounts:
         self._records.pop(account_id, None)
         self._pushed.pop(account_id, None)
         await self.conn.pool.forget(account_id)
-        key = self.keys.public(self.keys.queue_account(account_id))
+        key = self.keys.queue_account_public(account_id)
         notice = jwt.encode({"sub": self.keys.public(self.keys.operator),
                              "nats": {"type": "generic", "version": jwt.VERSION, "accounts": [key]}},
                             self.keys.operator)
@@ -466,7 +466,7 @@ class Accounts:
         root = Path(self.base.store_dir) / "jetstream"
         if not root.is_dir():
             return
-        keep = {self.keys.public(self.keys.queue_account(account_id)) for account_id in self._records}
+        keep = {self.keys.queue_account_public(account_id) for account_id in self._records}
         keep |= {self.keys.public(self.keys.platform_account(role)) for role in ("system", "control", "auth")}
         for path in root.iterdir():
             if path.is_dir() and path.name not in keep:

@@ -68,7 +68,7 @@ async def answer(token: str, verify: Verify, keys: OperatorKeys) -> str:
         return _response(request, keys, error="cannot verify now")
     if version is None:
         return _response(request, keys)
-    account = keys.public(keys.queue_account(username))
+    account = keys.queue_account_public(username)
     user = jwt.encode(app_user(username, user_nkey, account), keys.queue_signer(username, version))
     return _response(request, keys, user_jwt=user)
 

@@ -14,15 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import nats.errors
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
 from ..broker.config import CONTROL_STREAM_BYTES
 from ..broker.connection import BrokerConnection, ensure_stream
+from ..broker.direct import direct_batch, direct_get_subject
 from ..broker.tasks import stop_tasks
+from ..envelope import one_line
 from ..errors import EnclaveError
 from ..names import ERRORS_STREAM, errors_subject
 from ..retry import retry_unavailable
@@ -96,3 +100,21 @@ class ErrorNotes:
             log.warning("error notes of queue %s not trimmed: %s", queue_id, exc)
         finally:
             self._trimming.discard(queue_id)
+
+
+async def last_errors(nc: Client, queue_id: str, message_ids: Iterable[int]) -> dict[int, str]:
+    """The notes of many messages of a queue, by message id (those with none are left out), in one
+    batched direct get for the last message of each subject (``multi_last``) on the control
+    account's connection ``nc``: one request, not one a message."""
+    wanted = sorted(set(message_ids))
+    if not wanted:
+        return {}
+    subjects = [errors_subject(queue_id, message_id) for message_id in wanted]
+    found = await direct_batch(nc, direct_get_subject(ERRORS_STREAM), {"multi_last": subjects, "batch": len(subjects)},
+                               f"the error notes of queue {queue_id}")
+    notes: dict[int, str] = {}
+    for note in found.messages:
+        message_id = note.headers.get("Nats-Subject", "").rsplit(".", 1)[-1]
+        if message_id.isdigit() and (text := one_line(note.data.decode(errors="replace"))):
+            notes[int(message_id)] = text
+    return notes

@@ -25,11 +25,15 @@ signed with an ``Enclave-Provenance`` MAC (auth/provenance.py); then count it (o
 move counts nothing again); then delete it from the source; then ack the advisory. A queue
 without a DLQ has the message discarded after its last receive, counted as discarded.
 
-Moves are made a queue's batch at a time (under load most round trips are waits, not work): the
-dead letters of one queue waiting to be moved are read with one batched direct get, published
-to the DLQ back to back with their PubAcks awaited together, counted with one compare-and-set,
-and deleted with one delete each, sent together. Queues are moved side by side, MOVING_QUEUES at a time, so one slow queue
-holds up only its own letters; advisories are taken as they come, up to IN_FLIGHT unsettled.
+Moves are made a queue's batch at a time (under load most round trips are waits, not work), in
+two halves. The copy: the dead letters of one queue waiting to be moved are read with one
+batched direct get, side by side with the DLQ's record and their notes (one batched read of the
+last note of each), and published to the DLQ back to back with their PubAcks awaited together.
+The finish: counted with one compare-and-set (on the counters this process last wrote, read only
+when another writer changed them), deleted with one delete each, sent together and not erased.
+A queue's next batch is copied while the last one finishes; queues are copied side by side,
+MOVING_QUEUES at a time, so one slow queue holds up only its own letters; advisories are taken as
+they come, up to IN_FLIGHT unsettled.
 
 The last error is the note an app left for the message (state/notes.py; the stream and its
 bounds: errornotes.py). ``reject`` asks this process (``enclave.reject`` -> ``deadletter.<id>``)
@@ -86,9 +90,10 @@ from ..recent import Recent
 from ..retry import retry_unavailable
 from ..spec import subject_for
 from ..state.kv import RECENT_EVENTS, Store
-from ..state.notes import drop_note, last_error, write_note
+from ..state.notes import drop_note, write_note
 from ..state.queries import QueueIndex, dead_letter_queue_of
 from ..state.records import QueueCounters, QueueRecord
+from .errornotes import last_errors
 
 log = logging.getLogger("enclave.deadletters")
 
@@ -139,6 +144,29 @@ Read = dict[int, Stored]  #: a batch's messages, read already, by sequence
 Outcome = str | BaseException  #: 'moved', 'discarded', 'gone', or why the move failed
 
 
+@dataclass
+class _Copied:
+    """A batch between its two halves: copied to the DLQ (or to be discarded), not yet counted
+    nor deleted from its queue."""
+
+    record: QueueRecord
+    how: str  #: the way in: 'advisory', 'sweep', 'reject'
+    letters: list[Stored] = field(default_factory=list)  #: the batch's messages still on the queue
+    outcomes: dict[int, Outcome] = field(default_factory=dict)  #: those settled already: gone, or failed
+    noted: list[int] = field(default_factory=list)  #: the message ids whose notes to drop once deleted
+
+
+def _settle_futures(taken: list[tuple[Dead, asyncio.Future[str]]], outcomes: dict[int, Outcome]) -> None:
+    for dead, future in taken:
+        if future.done():
+            continue
+        outcome = outcomes[dead.seq]
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+
 class Mover:
     """The mover, the sweep and the reject service, in the control process."""
 
@@ -162,6 +190,9 @@ class Mover:
         #: per queue id, its consumers' activity when a sweep last left it with nothing dead or in
         #: flight: while it reads the same, the queue cannot have a new dead message
         self._quiet: dict[str, tuple[Any, ...]] = {}
+        #: per queue key, its counters as this process last wrote them, and their revision (a stale
+        #: one costs a refused compare-and-set and a read, as before)
+        self._counters: dict[str, tuple[QueueCounters, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._running: set[asyncio.Task[Any]] = set()
         self._sub: Any = None
@@ -231,57 +262,81 @@ class Mover:
 
     async def _move_waiting(self, key: tuple[str, str]) -> None:
         """Move a queue's waiting dead letters, a batch at a time, until none wait. A batch is
-        taken once a slot is free, so what arrived meanwhile goes with it."""
+        taken once a slot is free, so what arrived meanwhile goes with it. Only the copy to the
+        DLQ holds the slot and the queue's turn: the next batch is copied while the last one's
+        count and deletes are on their way (its callers hear once it is finished)."""
         try:
             while (waiting := self._waiting.get(key)) is not None and waiting.items:
                 async with self._slots:
                     taken, waiting.items = waiting.items[:MOVE_BATCH], waiting.items[MOVE_BATCH:]
                     try:
-                        outcomes = await self.move_batch(waiting.record, [dead for dead, _ in taken], key[1])
+                        copied = await self._copy_batch(waiting.record, [dead for dead, _ in taken], key[1])
                     except Exception as exc:  # the batch as a whole (the broker did not answer, say)
-                        outcomes = {dead.seq: exc for dead, _ in taken}
-                for dead, future in taken:
-                    outcome = outcomes[dead.seq]
-                    if future.done():
+                        _settle_futures(taken, {dead.seq: exc for dead, _ in taken})
                         continue
-                    if isinstance(outcome, BaseException):
-                        future.set_exception(outcome)
-                    else:
-                        future.set_result(outcome)
+                self._spawn(self._finish_and_tell(copied, taken), f"deadletters-finish:{key[0]}")
         finally:  # no await from the last look at the items to here: nothing can be left behind
             self._movers.pop(key, None)
             if (waiting := self._waiting.get(key)) is not None and not waiting.items:
                 del self._waiting[key]
 
+    async def _finish_and_tell(self, copied: _Copied, taken: list[tuple[Dead, asyncio.Future[str]]]) -> None:
+        try:
+            outcomes = await self._finish(copied)
+        except Exception as exc:
+            outcomes = {d.seq: exc for d, _ in taken}
+        _settle_futures(taken, outcomes)
+
     async def move_batch(self, record: QueueRecord, dead: list[Dead], how: str,
                          read: Optional[Read] = None) -> dict[int, Outcome]:
         """Move messages of ``record``'s queue to its DLQ (or discard them if it has none), as one
         batch; ``read``: the messages, read already. The outcome of each sequence. Safe to repeat."""
-        lock = self._locks.setdefault(record.id, asyncio.Lock())
-        async with lock, self.conn.account(record.id) as nc:
-            return await self._move_batch(nc, record, {d.seq: d for d in dead}, how, read)
+        return await self._finish(await self._copy_batch(record, dead, how, read))
 
-    async def _move_batch(self, nc: Client, record: QueueRecord, dead: dict[int, Dead], how: str,
-                          read: Optional[Read]) -> dict[int, Outcome]:
-        spec = record.spec
-        stream = stream_name(record.id)
-        found = read if read is not None else await _read(nc, stream, sorted(dead))
-        outcomes: dict[int, Outcome] = {seq: "gone" for seq in dead if seq not in found}
-        letters = [found[seq] for seq in sorted(found)]
-        if not letters:
-            return outcomes
-        if spec.dead_letter_queue:
-            failed, noted = await self._copy(record, letters, dead)
+    async def _copy_batch(self, record: QueueRecord, dead: list[Dead], how: str,
+                          read: Optional[Read] = None) -> _Copied:
+        """The first half of a move: the messages read (unless ``read``) and copied to the DLQ, in
+        the queue's turn (one copy of a queue at a time)."""
+        lock = self._locks.setdefault(record.id, asyncio.Lock())
+        by_seq = {d.seq: d for d in dead}
+        async with lock, self.conn.account(record.id) as nc:
+            copied = _Copied(record, how)
+            spec = record.spec
+            if spec.dead_letter_queue:
+                # the messages, the DLQ and the notes read side by side: a message's note is kept
+                # under its id, which is its sequence unless it is a copy (read again below)
+                found, dlq, notes = await asyncio.gather(
+                    _read(nc, stream_name(record.id), sorted(by_seq)) if read is None else _given(read),
+                    dead_letter_queue_of(self.store, record),
+                    last_errors(self.conn.control, record.id, by_seq))
+            else:
+                found = read if read is not None else await _read(nc, stream_name(record.id), sorted(by_seq))
+                dlq, notes = None, {}
+            copied.outcomes = {seq: "gone" for seq in by_seq if seq not in found}
+            letters = copied.letters = [found[seq] for seq in sorted(found)]
+            if not letters:
+                return copied
+            ids = {letter.sequence: envelope.message_id(letter.headers, letter.sequence) for letter in letters}
+            if not spec.dead_letter_queue:
+                copied.noted = list(ids.values())  # dropped unread
+                return copied
+            if copies := [i for seq, i in ids.items() if i != seq]:
+                notes.update(await last_errors(self.conn.control, record.id, copies))
+            failed = await self._copy(record, dlq, letters, by_seq, ids, notes)
             if FAULT == "exit-after-dlq-publish":
                 os._exit(70)
-            outcome = "moved"
-        else:
-            failed, noted = {}, [envelope.message_id(letter.headers, letter.sequence) for letter in letters]
-            outcome = "discarded"
-        outcomes.update(failed)
-        done = [letter.sequence for letter in letters if letter.sequence not in failed]
+            copied.outcomes.update(failed)
+            copied.noted = [i for seq, i in ids.items() if i in notes and seq not in failed]
+        return copied
+
+    async def _finish(self, copied: _Copied) -> dict[int, Outcome]:
+        """The second half of a move: count what was copied (or is discarded), delete it from the
+        source and drop its notes. The outcome of each sequence of the batch."""
+        record = copied.record
+        outcome = "moved" if record.spec.dead_letter_queue else "discarded"
+        done = [letter.sequence for letter in copied.letters if letter.sequence not in copied.outcomes]
         if not done:
-            return outcomes
+            return copied.outcomes
         # counted before the delete, once: a move cut short after the count and repeated finds the
         # messages still there and counts nothing again; one cut short before it counts them then
         await self._count_once(record.key, "dead_lettered" if outcome == "moved" else "discarded", done)
@@ -290,35 +345,33 @@ class Mover:
         # one delete each, sent together: a purge below the last would be one write, but nats-server
         # 2.15 then drops every nak'd message below the consumer's next sequence from its redelivery
         # queue (consumer.purge), and those wait out their visibility timeout (measured: 30 s)
-        js = nc.jetstream(timeout=5)
-        await asyncio.gather(*(delete_message(js, stream, seq) for seq in done))
+        async with self.conn.account(record.id) as nc:
+            js = nc.jetstream(timeout=5)
+            await asyncio.gather(*(delete_message(js, stream_name(record.id), seq) for seq in done))
         # the notes have served; without a DLQ, unread
-        await asyncio.gather(*(drop_note(self.conn.js, record.id, noted_as) for noted_as in noted))
+        await asyncio.gather(*(drop_note(self.conn.js, record.id, noted_as) for noted_as in copied.noted))
         if outcome == "moved":
             self.moved += len(done)
         else:
             self.discarded += len(done)
         log.info("messages %s of queue %s %s (%s)", ",".join(map(str, done)), record.key,
-                 f"moved to {spec.dead_letter_queue}" if outcome == "moved" else "discarded (no dead-letter queue)",
-                 how)
-        return {**outcomes, **dict.fromkeys(done, outcome)}
+                 f"moved to {record.spec.dead_letter_queue}" if outcome == "moved"
+                 else "discarded (no dead-letter queue)", copied.how)
+        return {**copied.outcomes, **dict.fromkeys(done, outcome)}
 
-    async def _copy(self, record: QueueRecord, letters: list[Stored],
-                    dead: dict[int, Dead]) -> tuple[dict[int, BaseException], list[int]]:
+    async def _copy(self, record: QueueRecord, dlq: Optional[QueueRecord], letters: list[Stored],
+                    dead: dict[int, Dead], ids: dict[int, int], notes: dict[int, str]) -> dict[int, BaseException]:
         """Publish ``letters`` to the queue's DLQ, back to back, their PubAcks awaited together.
-        Returns why each that was not stored failed, and the message ids whose notes it carried."""
+        Returns why each that was not stored failed."""
         spec = record.spec
-        dlq = await dead_letter_queue_of(self.store, record)
         if dlq is None:
             error = MoveError(f"Dead-letter queue '{spec.dead_letter_queue}' of queue '{spec.name}' does not exist.")
-            return dict.fromkeys((letter.sequence for letter in letters), error), []
-        ids = [envelope.message_id(letter.headers, letter.sequence) for letter in letters]  #: notes are kept by id
-        notes = await asyncio.gather(*(last_error(self.conn.js, record.id, noted_as) for noted_as in ids))
+            return dict.fromkeys((letter.sequence for letter in letters), error)
         now = datetime.now(UTC).isoformat()
         messages = []
-        for letter, noted in zip(letters, notes, strict=True):
+        for letter in letters:
             seq, given = letter.sequence, dead[letter.sequence]
-            reason = given.error if given.error is not None else noted
+            reason = given.error if given.error is not None else notes.get(ids[seq])
             headers = {
                 **clean_headers(letter.headers),
                 "Nats-Msg-Id": self.provenance.move_id(record.id, seq),
@@ -342,14 +395,17 @@ class Mover:
                 stored_seq(answer, dlq.spec)
             except Exception as exc:  # QueueFull, a timeout: this one stays put and is tried again
                 failed[letter.sequence] = exc
-        return failed, [noted_as for letter, noted_as, noted in zip(letters, ids, notes, strict=True)
-                        if noted is not None and letter.sequence not in failed]
+        return failed
 
     async def _count_once(self, key: str, counter: str, seqs: list[int]) -> None:
         """``Store.count(key, counter, once="move:<seq>")`` for many moves in one compare-and-set:
-        the moves counted already (a batch repeated after a crash) are not counted again."""
+        the moves counted already (a batch repeated after a crash) are not counted again. The
+        counters this process last wrote are tried first (no read), and read only if another
+        writer (a count of the desk, another node) changed them since."""
+        found = self._counters.get(key)
         while True:
-            found = await self.store.counters.get(key)
+            if found is None:
+                found = await self.store.counters.get(key)
             current = found[0] if found else QueueCounters()
             events = [event for event in dict.fromkeys(f"move:{seq}" for seq in seqs) if event not in current.recent]
             if not events:
@@ -358,12 +414,15 @@ class Mover:
                                                   "recent": (*current.recent, *events)[-RECENT_EVENTS:]})
             try:
                 if found is None:
-                    await self.store.counters.create(key, changed)
+                    revision = await self.store.counters.create(key, changed)
                 else:
-                    await self.store.counters.update(key, changed, found[1])
-                return
-            except Conflict:
+                    revision = await self.store.counters.update(key, changed, found[1])
+            except Conflict:  # changed by another writer since: read it
+                self._counters.pop(key, None)
+                found = None
                 continue
+            self._counters[key] = (changed, revision)
+            return
 
     # -- the three ways in ----------------------------------------------------------------------
 
@@ -587,6 +646,10 @@ class Mover:
             reply = {"error": str(exc) or type(exc).__name__}
         with contextlib.suppress(nats.errors.Error):
             await request.respond(json.dumps(reply).encode())
+
+
+async def _given(read: Read) -> Read:
+    return read
 
 
 def _stored_time(letter: Stored) -> str:

@@ -97,3 +97,31 @@ async def test_the_sweep_still_finds_a_dead_message_on_a_queue_that_sat_quiet(st
     await advisories_handled(stack)
     assert len(letters(stack, dlq)) == 1
     assert status(stack, unique_name)["dead_lettered"] == 1
+
+
+async def test_a_released_copy_dead_letters_with_the_note_left_for_its_original(stack, unique_name):
+    """A release replaces the message with a copy stored at a new sequence that keeps the original's
+    id, and notes are kept by id: the mover, which reads a batch's notes by sequence first, reads a
+    copy's again by its id. Mixed in one batch with messages that are no copies."""
+    dlq = f"{unique_name}-dlq"
+    make_queue(stack, dlq)
+    creds = make_queue(stack, unique_name, max_receives=2, visibility_timeout_seconds=30, dead_letter_queue=dlq)
+    async with connect(creds) as queue:
+        await queue.send_batch(["plain-1", "copied", "plain-2"])
+        first = await queue.receive(batch=10, wait=2)
+        assert sorted(m.body for m in first) == ["copied", "plain-1", "plain-2"]
+        for message in first:
+            if message.body == "copied":
+                await message.release()  # not tried: stored again, its receive not spent
+            else:
+                await message.nack(error=f"{message.body} try 1")
+        tries = {"plain-1": 1, "plain-2": 1, "copied": 0}
+        while tries != {"plain-1": 2, "plain-2": 2, "copied": 2}:  # each nacked until out of receives
+            for message in await queue.receive(batch=10, wait=2):
+                tries[message.body] += 1
+                await message.nack(error=f"{message.body} try {tries[message.body]}")
+        assert await queue.receive(wait=1) == []  # a pull waiting past the last receive: the advisories come
+    found = await eventually(lambda: len(letters(stack, dlq)) == 3 and letters(stack, dlq), timeout=15)
+    assert {letter["body"]: letter["last_error"] for letter in found} == {
+        "plain-1": "plain-1 try 2", "plain-2": "plain-2 try 2", "copied": "copied try 2"}
+    assert status(stack, unique_name)["dead_lettered"] == 3

@@ -6,7 +6,7 @@ import pytest
 
 from enclave_queue.client import connect, connect_sync
 from enclave_queue.errors import SpecError
-from tests.helpers import eventually, make_queue, pulls_waiting
+from tests.helpers import consumer_info, eventually, make_queue, pulls_waiting
 
 
 async def test_a_long_poll_returns_as_soon_as_a_message_arrives(stack, unique_name):
@@ -32,6 +32,50 @@ async def test_get_returns_none_when_nothing_arrives_and_refuses_a_wait_over_a_m
             assert refused.value.errors[0]["field"] == "timeout_s" and "from 0 to 60" in refused.value.message
         with pytest.raises(SpecError, match=r"lease_s must be a number of seconds from 1 to 43200"):
             await queue.get(timeout_s=0.1, lease_s=43201)
+
+
+async def test_gets_in_a_loop_share_one_inbox_and_leave_no_request_or_lease_behind(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as worker, connect(creds) as producer:
+        await producer.send_batch(list(range(20)))
+        first = await worker.get(timeout_s=5)
+        assert first is not None
+        await first.ack(confirm=False)
+        subscriptions = len(worker._nc._subs)  # the session's replies and the first get's inbox
+        taken = [first.body]
+        for _ in range(19):
+            message = await worker.get(timeout_s=5)
+            assert message is not None
+            taken.append(message.body)
+            await message.ack(confirm=False)
+        assert taken == list(range(20))
+        assert await worker.get(timeout_s=0.3) is None  # one that ended empty (expired) keeps it too
+        assert len(worker._nc._subs) == subscriptions  # the later gets subscribed nothing
+        await worker._nc.flush()  # the unconfirmed acks are with the broker
+        state = await consumer_info(creds)
+        assert (state.num_waiting, state.num_ack_pending, state.num_pending) == (0, 0, 0)
+
+
+async def test_a_get_given_up_while_it_waits_leaves_no_message_leased_to_nobody(stack, unique_name):
+    """A get cancelled while the broker holds its pull request drops that request's inbox (the
+    broker delivers nothing to a reply subject nobody listens to): a message put next goes to the
+    next get at once, not to the abandoned request, leased to nobody for the visibility timeout."""
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=60)
+    async with connect(creds) as worker, connect(creds) as producer:
+        assert await worker.get(timeout_s=0.1) is None  # an inbox kept for the next get …
+        subscriptions = len(worker._nc._subs)
+        polling = asyncio.ensure_future(worker.get(timeout_s=60))  # … which it takes
+        await eventually(lambda: pulls_waiting(creds), timeout=10)  # its request is with the broker
+        polling.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await polling
+        assert len(worker._nc._subs) == subscriptions - 1  # the inbox the broker could still answer is gone
+        sent = await producer.put("after the cancel")
+        message = await worker.get(timeout_s=20)  # within the 60 s lease a leaked delivery would hold
+        assert message is not None and (message.id, message.receive_count) == (sent, 1)
+        state = await consumer_info(creds)
+        assert (state.num_ack_pending, state.num_redelivered) == (1, 0)  # only this get's lease, never another
+        await message.ack()
 
 
 async def test_stop_when_empty_ends_while_a_message_is_leased_elsewhere_or_delayed(stack, unique_name):

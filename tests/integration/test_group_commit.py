@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 from enclave_queue.client import connect
+from enclave_queue.client.pipe import PIPE_CHUNK
 from enclave_queue.errors import MaybeStored, MessageTooLarge, QueueFull
 from tests.helpers import make_queue, queue_account_connection
 from tests.integration.test_sdk_faults import drain, kill_broker
@@ -48,6 +49,24 @@ async def test_send_batch_on_an_interval_broker_goes_message_by_message(enclave_
         assert [m.body for m in await drain(queue)] == ["first"] + [f"m{n}" for n in range(50)]
 
 
+async def test_send_batch_on_an_interval_broker_stores_every_kind_of_body_as_put_does_chunk_after_chunk(
+        enclave_stack_factory):
+    """The pipelined messages are written a chunk at a time (client/pipe.py), past the window too."""
+    stack = enclave_stack_factory(env={"ENCLAVE_SYNC": "interval"})
+    creds = make_queue(stack, "pipelined-kinds")
+    kinds = [b"raw", "text", {"n": 1}, [2], b"", "x" * 3000]
+    bodies = [kinds[n % len(kinds)] for n in range(1000)]
+    async with connect(creds) as queue:
+        await queue.put({"n": 1})
+        assert await queue.send_batch(bodies, window=PIPE_CHUNK // 2 + 1) == 1000
+        assert await queue.send_batch(bodies[:PIPE_CHUNK + 1]) == PIPE_CHUNK + 1
+        assert set((await batch_ids(stack, creds)).values()) == {None}  # pipelined, not an atomic batch
+        taken = await drain(queue)
+        assert [m.body for m in taken] == [{"n": 1}] + bodies + bodies[:PIPE_CHUNK + 1]
+        assert {m.headers.get("Content-Type") for m in taken if m.body == {"n": 1}} == {"application/json"}
+        assert {m.headers.get("Content-Type") for m in taken if isinstance(m.body, bytes)} == {None}
+
+
 async def test_a_batch_the_queue_has_no_room_for_is_sent_one_by_one_and_says_how_many_went(stack, unique_name):
     creds = make_queue(stack, unique_name, max_messages=5)
     async with connect(creds) as queue:
@@ -76,6 +95,20 @@ async def test_concurrent_puts_are_committed_together_each_with_its_own_id(stack
         assert batches[ids[0]] is None and len({batches[i] for i in ids[1:]}) == 1 and batches[ids[1]]
         taken = {m.id: m.body for m in await drain(queue)}
         assert all(taken[i] == {"n": n} for n, i in enumerate(ids))
+
+
+async def test_a_put_queued_alone_behind_another_goes_as_a_plain_message_with_its_own_id(stack, unique_name):
+    """Two puts at once: the first goes straight out, the second is the only one queued behind it,
+    a group of one, published as a plain message (no batch to stage), still with its dedupe key."""
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        await queue.put("warm-up")
+        first, second = await asyncio.gather(queue.put("first"), queue.put("second", dedupe_key="k-2"))
+        assert await queue.put("second again", dedupe_key="k-2") == second  # the duplicate of the queued one
+        batches = await batch_ids(stack, creds)
+        assert sorted(batches) == sorted({first, second} | {min(batches)}) and set(batches.values()) == {None}
+        taken = {m.id: m.body for m in await drain(queue)}
+        assert taken[first] == "first" and taken[second] == "second" and len(taken) == 3
 
 
 async def test_a_repeated_dedupe_key_in_a_group_is_answered_as_its_duplicate_and_the_rest_are_stored(

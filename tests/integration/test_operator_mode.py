@@ -329,6 +329,29 @@ async def test_the_account_pool_trims_safely_while_leases_race(broker, plane):
         await pool.close()
 
 
+async def test_the_account_pool_shrinks_back_to_its_idle_keep_once_a_burst_is_over(broker, plane):
+    # a burst opens up to the bound; once unused for idle_seconds, all but keep_idle are closed by
+    # themselves (no lease needed to trigger it), the least recently used first, never a held one
+    from enclave_queue.broker.pool import AccountConnections
+
+    for n in range(5):
+        await plane.make_queue(f"s{n}", f"pw-{n}")
+    pool = AccountConnections(broker.url, broker.keys, size=6, keep_idle=2, idle_seconds=0.3)
+    try:
+        opened = {}
+        for n in range(4):
+            async with pool.lease(f"s{n}") as nc:
+                opened[n] = nc
+        async with pool.lease("s4") as held:
+            assert len(pool) == 5
+            await eventually(lambda: len(pool) == 2, timeout=10)
+            assert held.is_connected and opened[3].is_connected  # the held one and the last one used
+            assert all(opened[n].is_closed for n in range(3))
+            await held.jetstream(timeout=2).publish("queue.default.s4", b"x")
+    finally:
+        await pool.close()
+
+
 async def test_the_account_pool_opens_nothing_into_a_forgotten_account(broker, plane):
     # a deleted queue's account: a connection into it, opened after or while it was forgotten,
     # would be closed by the broker and reconnect for ever

@@ -140,6 +140,24 @@ async def test_a_get_waiting_across_a_broker_kill_takes_a_message_put_after_it_a
         assert await worker.receive(batch=10, wait=1) == []
 
 
+async def test_a_get_after_a_broker_kill_takes_its_message_on_the_inbox_an_earlier_get_kept(enclave_stack_factory):
+    """A get that ended empty leaves its inbox to the next get; nats-py subscribes it again on the
+    new connection, so a get after the restart takes its message there, subscribing nothing."""
+    stack = enclave_stack_factory()
+    creds = make_queue(stack, "kept-inbox")
+    async with connect(creds) as worker, connect(creds) as producer:
+        assert await worker.get(timeout_s=0.1) is None  # expired: nothing of it can be answered any more
+        subscriptions = len(worker._nc._subs)
+        reconnected = worker._session.reconnect
+        await kill_broker(stack)
+        await asyncio.wait_for(reconnected, 30)  # the worker is on the new broker before it asks
+        sent = await producer.put("after the restart")
+        message = await worker.get(timeout_s=receiving.MAX_GET_WAIT)
+        assert message is not None and (message.id, message.receive_count) == (sent, 1)
+        await message.ack()
+        assert len(worker._nc._subs) == subscriptions
+
+
 async def test_puts_across_a_broker_kill_each_return_their_one_stored_id_or_say_it_may_be_stored(
         enclave_stack_factory):
     stack = enclave_stack_factory()
