@@ -345,8 +345,10 @@ class Session:
         return pull.messages
 
     async def info(self, verb: str) -> dict[str, Any]:
-        """A JetStream API read of the queue's own (``STREAM.INFO.<stream>``, ``CONSUMER.INFO.…``)."""
-        reply = await self.request(f"$JS.API.{verb}", b"")
+        """A JetStream API read of the queue's own (``STREAM.INFO.<stream>``, ``CONSUMER.INFO.…``),
+        asked again if the connection came back before its answer (a read: safe to repeat; the
+        first one after a broker restart can be lost with the connection it went out on)."""
+        reply = await self.request(f"$JS.API.{verb}", b"", resend=True)
         if unavailable(reply):
             raise BrokerUnavailable(f"The broker did not answer {verb.split('.')[0]} info; try again.")
         answer = json.loads(reply.data)
