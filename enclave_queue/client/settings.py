@@ -81,15 +81,12 @@ class Settings:
     async def _setting(self, key: str) -> Any:
         """A setting as last read: read now if never read; once stale, the stale value is used while
         a fresh one is read in the background."""
-        found = self._values.get(key)
-        if found is None:
-            try:
-                return await asyncio.shield(self._refresh(key))
-            except BrokerUnavailable:  # the read ahead at connect met a moment the broker did not answer
-                return await asyncio.shield(self._refresh(key))
-        if time.monotonic() > found[0]:
-            self._refresh(key)
-        return found[1]
+        if key in self._values:
+            return self.cached(key)
+        try:
+            return await asyncio.shield(self._refresh(key))
+        except BrokerUnavailable:  # the read ahead at connect met a moment the broker did not answer
+            return await asyncio.shield(self._refresh(key))
 
     async def _read_consumer(self) -> dict[str, Any]:
         credentials = self._session.credentials

@@ -26,11 +26,10 @@ from ..broker.config import CONTROL_STREAM_BYTES
 from ..broker.connection import BrokerConnection, ensure_stream
 from ..broker.direct import direct_batch, direct_get_subject
 from ..broker.tasks import stop_tasks
-from ..envelope import one_line
 from ..errors import EnclaveError
 from ..names import ERRORS_STREAM, errors_subject
 from ..retry import retry_unavailable
-from ..state.notes import drop_note
+from ..state.notes import drop_note, read_note
 
 log = logging.getLogger("enclave.deadletters")
 
@@ -104,17 +103,14 @@ class ErrorNotes:
 
 async def last_errors(nc: Client, queue_id: str, message_ids: Iterable[int]) -> dict[int, str]:
     """The notes of many messages of a queue, by message id (those with none are left out), in one
-    batched direct get for the last message of each subject (``multi_last``) on the control
-    account's connection ``nc``: one request, not one a message."""
+    batched direct get for the last message of each subject (``multi_last``; measured on 2.15.1 with
+    1,000 subjects, the most a desk request names) on the control account's connection ``nc``: one
+    request, not one a message."""
     wanted = sorted(set(message_ids))
     if not wanted:
         return {}
-    subjects = [errors_subject(queue_id, message_id) for message_id in wanted]
-    found = await direct_batch(nc, direct_get_subject(ERRORS_STREAM), {"multi_last": subjects, "batch": len(subjects)},
+    found = await direct_batch(nc, direct_get_subject(ERRORS_STREAM),
+                               {"multi_last": [errors_subject(queue_id, i) for i in wanted], "batch": len(wanted)},
                                f"the error notes of queue {queue_id}")
-    notes: dict[int, str] = {}
-    for note in found.messages:
-        message_id = note.headers.get("Nats-Subject", "").rsplit(".", 1)[-1]
-        if message_id.isdigit() and (text := one_line(note.data.decode(errors="replace"))):
-            notes[int(message_id)] = text
-    return notes
+    return {noted[0]: noted[1] for note in found.messages
+            if (noted := read_note(note.headers, note.data)) is not None and noted[1]}

@@ -32,6 +32,7 @@ from .. import envelope
 from ..broker.connection import BrokerConnection, delete_message, publish_into, stored_seq
 from ..broker.depth import read_depth
 from ..broker.tasks import stop_tasks
+from ..controller.errornotes import last_errors
 from ..controller.naks import NakCounter
 from ..errors import EnclaveError, NotFound, SpecError, field_error
 from ..names import desk_subject, stream_name
@@ -44,7 +45,6 @@ from ..retry import retry_unavailable
 from ..service import QueueService
 from ..spec import subject_for
 from ..state.kv import Store
-from ..state.notes import last_error
 from ..state.queries import QueueIndex
 from ..state.records import QueueRecord
 
@@ -201,8 +201,8 @@ class Desk:
     async def _verb_notes(self, record: QueueRecord, body: dict[str, Any]) -> dict[str, Optional[str]]:
         """The last error reported for each message id (null where none was)."""
         ids = _ids(body, "ids")
-        errors = await asyncio.gather(*(last_error(self.conn.js, record.id, i) for i in ids))
-        return {str(i): error for i, error in zip(ids, errors, strict=True)}
+        notes = await last_errors(self.conn.control, record.id, ids)
+        return {str(i): notes.get(i) for i in ids}
 
     async def _verb_expire(self, record: QueueRecord, body: dict[str, Any]) -> int:
         """Drop the messages ``seqs`` that are past their start deadline; how many were dropped."""

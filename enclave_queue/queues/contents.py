@@ -24,7 +24,6 @@ from ..envelope import (
     delay_subjects,
     due_at,
     message_id,
-    one_line,
     parse_time,
     prior_attempts,
     rfc3339,
@@ -33,6 +32,7 @@ from ..errors import BrokerUnavailable, field_error
 from ..names import ERRORS_STREAM, errors_subject, stream_name
 from ..spec import subject_for
 from ..state.kv import Store
+from ..state.notes import read_note
 from ..state.records import QueueRecord
 from .letters import READ_BATCH, Letter, Letters
 from .lookup import Lookup
@@ -133,9 +133,8 @@ class Contents:
                 {"seq": after + 1, "next_by_subj": errors_subject(queue_id), "batch": READ_BATCH}, "the error notes")
             more = batch.more
             for note in batch.messages:
-                noted_as = note.headers.get("Nats-Subject", "").rsplit(".", 1)[-1]
-                if noted_as.isdigit():
-                    notes[int(noted_as)] = one_line(note.data.decode(errors="replace"))
+                if (noted := read_note(note.headers, note.data)) is not None:
+                    notes[noted[0]] = noted[1]
                 after = note.sequence
         return notes
 

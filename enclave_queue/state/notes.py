@@ -1,7 +1,8 @@
 """Error notes, one a message: why an app said it failed, kept in the control account's
 ``ENCLAVE_ERRORS`` stream as ``errors.<queue id>.<message id>`` (controller/errornotes.py creates
-the stream and bounds each queue's notes). Read, written and dropped here by the dead-letter mover,
-the desk and the expiry of start deadlines alike.
+the stream and bounds each queue's notes). Written, dropped and parsed here for the dead-letter
+mover, the desk, exports and the expiry of start deadlines alike (read in batches by direct gets:
+errornotes.last_errors, queues/contents.py).
 
 Notes are kept by message id (envelope.message_id), so a copy made by ``release`` keeps its
 original's note.
@@ -10,10 +11,10 @@ original's note.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Optional
 
 import nats.errors
-import nats.js.errors
 from nats.js.client import JetStreamContext
 
 from ..envelope import one_line
@@ -21,14 +22,13 @@ from ..names import ERRORS_STREAM, errors_subject
 from ..retry import retry_unavailable
 
 
-async def last_error(js: JetStreamContext, queue_id: str, message_id: int) -> Optional[str]:
-    """The last error an app reported for message ``message_id`` of the queue, if any."""
-    try:
-        note = await retry_unavailable(lambda: js.get_msg(
-            ERRORS_STREAM, subject=errors_subject(queue_id, message_id), direct=True))
-    except nats.js.errors.NotFoundError:
+def read_note(headers: Mapping[str, str], data: bytes) -> Optional[tuple[int, str]]:
+    """A note as a direct get returns it: the id of its message (the last token of its subject,
+    ``Nats-Subject``) and its text; None for one whose subject names no message."""
+    message_id = headers.get("Nats-Subject", "").rsplit(".", 1)[-1]
+    if not message_id.isdigit():
         return None
-    return one_line((note.data or b"").decode(errors="replace")) or None
+    return int(message_id), one_line(data.decode(errors="replace"))
 
 
 async def write_note(js: JetStreamContext, queue_id: str, message_id: int, error: str) -> None:
