@@ -10,11 +10,21 @@ from tests.helpers import eventually, make_queue, queue_account_connection
 
 
 async def unread_message(nc, subject: str, publisher=None) -> None:
-    """A subscription of ``nc`` without a callback that holds one message nobody reads."""
+    """A subscription of ``nc`` without a callback that holds a message nobody reads. A core
+    message is sent at most once, so it is sent again until one is held (a fresh-clone run once
+    saw the only one never arrive)."""
     sub = await nc.subscribe(subject)
     await nc.flush()
-    await (publisher or nc).publish(subject, b"never read")
-    await eventually(lambda: sub.pending_msgs == 1, timeout=5)
+    sender = publisher or nc
+
+    async def held() -> bool:
+        if sub.pending_msgs == 0:
+            await sender.publish(subject, b"never read")
+            await sender.flush()
+            await asyncio.sleep(0.2)
+        return sub.pending_msgs > 0
+
+    await eventually(held, timeout=10)
 
 
 def loop_reports() -> list[dict]:
@@ -41,9 +51,11 @@ async def test_a_clients_close_leaves_no_unretrieved_exception(stack, unique_nam
         queue_id = admin.get_queue("default", unique_name)["id"]
     reports = loop_reports()
     queue = await connect(creds)
-    async with queue_account_connection(stack, queue_id) as publisher:
-        await unread_message(queue._nc, f"{creds['inbox_prefix']}.unread", publisher)
-    await queue.close()
+    try:
+        async with queue_account_connection(stack, queue_id) as publisher:
+            await unread_message(queue._nc, f"{creds['inbox_prefix']}.unread", publisher)
+    finally:
+        await queue.close()
     assert queue._nc.is_closed
     gc.collect()
     await asyncio.sleep(0)
