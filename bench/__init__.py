@@ -33,7 +33,7 @@ from typing import Any, Optional
 
 import nats
 
-from enclave_queue.testing import EnclaveStack, NatsServer
+from enclave_queue.testing import START_TIMEOUT, STOP_TIMEOUT, EnclaveStack, NatsServer
 
 ROOT = Path(__file__).resolve().parent
 RESULTS_DIR = ROOT / "results"
@@ -216,13 +216,17 @@ def save(reports: list[Report]) -> Path:
 
 
 @contextlib.contextmanager
-def enclave_stack(env: Optional[dict[str, str]] = None, home: Optional[Path] = None) -> Iterator[EnclaveStack]:
+def enclave_stack(env: Optional[dict[str, str]] = None, home: Optional[Path] = None, *,
+                  start_timeout: float = START_TIMEOUT,
+                  stop_timeout: float = STOP_TIMEOUT) -> Iterator[EnclaveStack]:
     """A whole ``enclave up`` on free 127.0.0.1 ports, stopped (broker included) however the block
-    ends. Without ``home`` it runs in a temporary directory that is removed afterwards."""
+    ends. Without ``home`` it runs in a temporary directory that is removed afterwards. The
+    timeouts (seconds) are the harness's: a stack of thousands of queues takes longer both ways."""
     tmp = None if home is not None else Path(tempfile.mkdtemp(prefix="enclave-bench-"))
     started = time.perf_counter()
     try:
-        stack = EnclaveStack.start(home or tmp / "home", env={**STACK_ENV, **(env or {})})  # type: ignore[operator]
+        stack = EnclaveStack.start(home or tmp / "home", env={**STACK_ENV, **(env or {})},  # type: ignore[operator]
+                                   timeout=start_timeout)
     except BaseException:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -234,7 +238,7 @@ def enclave_stack(env: Optional[dict[str, str]] = None, home: Optional[Path] = N
         yield stack
     finally:
         stopping = time.perf_counter()
-        times["exit_code"] = stack.stop()
+        times["exit_code"] = stack.stop(stop_timeout)
         times["stop_s"] = round(time.perf_counter() - stopping, 2)
         if times["stop_s"] > SLOW_STOP:
             with contextlib.suppress(OSError):

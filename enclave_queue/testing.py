@@ -137,11 +137,11 @@ class EnclaveStack:
 
     @classmethod
     def start(cls, home: Path, env: Optional[dict[str, str]] = None, *, broker_port: int = 0,
-              api_port: int = 0) -> EnclaveStack:
+              api_port: int = 0, timeout: float = START_TIMEOUT) -> EnclaveStack:
         """Start ``enclave up`` on ``home`` (created if missing) and wait until it is healthy."""
         stack = cls.launch(home, env, broker_port=broker_port, api_port=api_port)
         try:
-            stack.wait_ready()
+            stack.wait_ready(timeout)
         except BaseException:
             stack.kill()
             raise
@@ -173,13 +173,13 @@ class EnclaveStack:
         log.close()
         return cls(home, proc, full_env)
 
-    def wait_ready(self) -> None:
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         """Wait until the stack is healthy and read its URLs and token; RuntimeError if it exits
-        or is not healthy within START_TIMEOUT."""
+        or is not healthy within ``timeout`` seconds."""
         import httpx
 
         runtime = self.home / "enclave.json"
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"enclave up exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
@@ -199,7 +199,7 @@ class EnclaveStack:
                 except httpx.HTTPError:
                     pass
             time.sleep(0.05)
-        raise RuntimeError(f"enclave up was not healthy within {START_TIMEOUT:g} s:\n{self.log_path.read_text()[-3000:]}")
+        raise RuntimeError(f"enclave up was not healthy within {timeout:g} s:\n{self.log_path.read_text()[-3000:]}")
 
     def refresh(self) -> dict[str, Any]:
         """Re-read the runtime file (the broker's PID changes when the supervisor restarts it)."""
@@ -213,11 +213,13 @@ class EnclaveStack:
 
         return AdminClient(self.api_url, self.token)
 
-    def stop(self) -> int:
-        """SIGTERM by PID, then SIGKILL if it does not stop in time; returns the exit code."""
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int:
+        """SIGTERM by PID, then SIGKILL if it does not stop within ``timeout`` seconds (a stack of
+        thousands of queues waits longer for its broker: broker/supervisor.py's stop_timeout);
+        returns the exit code."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        _wait_gone(self.proc, STOP_TIMEOUT)
+        _wait_gone(self.proc, timeout)
         self._reap_broker()
         return self.proc.returncode
 

@@ -5,7 +5,8 @@ grows with every queue), so the control plane reaches a queue's JetStream API, i
 its ack subjects as a user of the queue's own account: a JWT minted for the queue's control key
 (auth/keys.py), signed by the account's key. ``lease(queue_id)`` hands out the account's
 connection, opening it if needed (2–3 ms on the loopback); at most ``size`` stay open, and the
-one used least recently, among those nobody holds, is closed first.
+one used least recently, among those nobody holds, is closed first: when one is opened, or when
+one held while the pool was over its bound is let go.
 """
 
 from __future__ import annotations
@@ -89,18 +90,26 @@ class AccountConnections:
             raise BrokerUnavailable("The control plane is stopping.")
         if queue_id in self._gone:
             raise BrokerUnavailable(f"Queue account {queue_id} was deleted.")
+        entry = self._open.get(queue_id)
+        if entry is not None and not entry.nc.is_closed:  # the common case: open, nothing to wait for
+            entry.holders += 1
+            entry.used = time.monotonic()
+            return entry
         lock = self._opening.setdefault(queue_id, asyncio.Lock())
         async with lock:
             entry = self._open.get(queue_id)
-            if entry is None or entry.nc.is_closed:
+            opened = entry is None or entry.nc.is_closed
+            if opened:
                 nc = await self._connect(queue_id)
                 if self._closed or queue_id in self._gone:  # closed or forgotten while this connected
                     await nc.close()
                     raise BrokerUnavailable(f"The control plane is stopping, or queue account {queue_id} was deleted.")
                 entry = self._open[queue_id] = _Open(nc)
+            assert entry is not None
             entry.holders += 1
             entry.used = time.monotonic()
-        await self._trim()
+        if opened:  # only an opening grows the pool: a lease of an open one costs no trim (a sort of
+            await self._trim()  # them all: a sixteenth of the mover's time with 200 open)
         return entry
 
     async def _trim(self) -> None:
@@ -132,6 +141,8 @@ class AccountConnections:
         finally:
             entry.holders -= 1
             entry.used = time.monotonic()
+            if entry.holders == 0 and len(self._open) > self._size:  # over the bound while this was held
+                await self._trim()
 
     async def forget(self, queue_id: str) -> None:
         """Close a deleted queue's connection (its account is gone), and open none into it again."""

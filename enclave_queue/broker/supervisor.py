@@ -33,7 +33,11 @@ from .tasks import keep_running, stop_tasks
 
 log = logging.getLogger("enclave.broker")
 
-START_TIMEOUT = 15.0  #: seconds for a started server to accept connections
+START_TIMEOUT = 15.0  #: seconds for a started server to accept connections, with no streams on disk
+#: and more a stream on disk: a server that did not stop cleanly (killed, the power lost) rebuilds
+#: each stream's state before it listens; at most START_TIMEOUT_MAX in all
+START_PER_STREAM = 0.05
+START_TIMEOUT_MAX = 600.0
 STOP_TIMEOUT = 10.0  #: seconds between SIGTERM and SIGKILL, with no streams
 #: and more a stream: nats-server writes each stream's and consumer's state as it shuts down
 #: (1,000 queues took it more than 10 s on 2 cores); at most STOP_TIMEOUT_MAX in all
@@ -113,8 +117,9 @@ class Supervisor:
 
     def __init__(self, config_path: Path, host: str, port: int, *, binary: Optional[Path] = None,
                  log_path: Optional[Path] = None, memory_limit: int = 0,
-                 secret_env: Optional[Mapping[str, str]] = None) -> None:
+                 secret_env: Optional[Mapping[str, str]] = None, store_dir: Optional[Path] = None) -> None:
         self.config_path = config_path.absolute()  #: absolute: a stale server is known by it
+        self.store_dir = store_dir  #: the configuration's JetStream store: its streams set the start timeout
         self.host = host
         self.port = port
         self.binary = binary or nats_server_binary()
@@ -126,6 +131,7 @@ class Supervisor:
         self.streams = 0  #: streams the broker holds about (the runtime's count): its stop waits for them
         self.on_restart: Optional[Callable[[], Awaitable[None]]] = None
         self._proc: Optional[asyncio.subprocess.Process] = None
+        self._start_timeout = START_TIMEOUT
         self._watch: Optional[asyncio.Task[None]] = None
         self._stopping = False
         self._pid_file = self.config_path.with_name("nats-server.pid")
@@ -229,7 +235,20 @@ class Supervisor:
         self.restarts += 1
         await self._restarted()
 
+    def streams_on_disk(self) -> int:
+        """The streams of every account in the store (0 without a store_dir)."""
+        if self.store_dir is None:
+            return 0
+        with contextlib.suppress(OSError):
+            return sum(1 for _ in (self.store_dir / "jetstream").glob("*/streams/*"))
+        return 0
+
     async def _spawn(self) -> None:
+        streams = await asyncio.to_thread(self.streams_on_disk)
+        self._start_timeout = min(START_TIMEOUT + START_PER_STREAM * streams, START_TIMEOUT_MAX)
+        if streams:
+            log.info("nats-server holds %d streams: waiting up to %.0f s for it to start", streams,
+                     self._start_timeout)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self._proc = await asyncio.create_subprocess_exec(
@@ -259,7 +278,7 @@ class Supervisor:
                 log.exception("after the nats-server restart")
 
     async def _wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + self._start_timeout
         while time.monotonic() < deadline:
             if self._proc is None or self._proc.returncode is not None:
                 raise BrokerUnavailable(f"nats-server exited at start; see {self.log_path}.")
@@ -279,7 +298,7 @@ class Supervisor:
             if line.startswith(b"INFO"):
                 return
             await asyncio.sleep(0.02)
-        raise BrokerUnavailable(f"nats-server did not accept connections within {START_TIMEOUT:g} s.")
+        raise BrokerUnavailable(f"nats-server did not accept connections within {self._start_timeout:g} s.")
 
     async def _watch_loop(self) -> None:
         delay = RESTART_BACKOFF[0]

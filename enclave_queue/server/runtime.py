@@ -155,7 +155,8 @@ class Runtime:
             server_name=s.node_name, cluster_port=s.cluster_port, routes=s.routes,
         )
         self.supervisor = Supervisor(s.broker_dir / "nats.conf", s.broker_host, port, log_path=s.log_dir / "nats-server.out",
-                                     memory_limit=s.broker_memory, secret_env=route_env(base, route_password(self.master)))
+                                     memory_limit=s.broker_memory, secret_env=route_env(base, route_password(self.master)),
+                                     store_dir=s.broker_dir)
         await self.supervisor.stop_stale()  # before the port check: it may hold the broker port
         check_ports(s)
         s.log_dir.mkdir(exist_ok=True)

@@ -305,8 +305,9 @@ async def test_the_account_pool_reuses_bounds_and_never_closes_a_held_connection
 
 
 async def test_the_account_pool_trims_safely_while_leases_race(broker, plane):
-    # two leases at once of connections open already: the first one's trim awaits the close of
-    # one of the four it chose while the second one's trim runs, and must not pop what it chose
+    # six held at once, over the bound: each let go while still over it is closed by a trim that
+    # runs while the next is let go (its own trim); then two leases of the two left, and six at
+    # once again, whose openings' trims race each other: none may pop what another one chose
     from enclave_queue.broker.pool import AccountConnections
 
     for n in range(6):
@@ -323,7 +324,7 @@ async def test_the_account_pool_trims_safely_while_leases_race(broker, plane):
                 await held.enter_async_context(pool.lease(f"r{n}"))
             assert len(pool) == 6
         assert await asyncio.gather(use("r0"), use("r1")) == ["R0", "R1"]
-        assert len(pool) == 2  # back to the bound, the two it kept the two just used
+        assert len(pool) == 2  # back to the bound, the two it kept the two let go last
         assert await asyncio.gather(*(use(f"r{n}") for n in range(6))) == [f"R{n}" for n in range(6)]
     finally:
         await pool.close()

@@ -83,3 +83,41 @@ def test_the_plugins_nats_server_stops_by_its_pid(tmp_path):
     assert server.proc.returncode is not None and not psutil.pid_exists(pid)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+
+
+async def test_a_broker_with_many_streams_on_disk_is_given_longer_to_start(tmp_path, monkeypatch):
+    # a broker that was killed rebuilds every stream's state before it listens (3,000 queues took
+    # longer than START_TIMEOUT): the start waits for it by the streams its store holds. Here the
+    # real nats-server starts 1.5 s late, against a 0.5 s timeout and 0.1 s more a stream
+    import sys
+
+    from enclave_queue.broker import supervisor as module
+    from enclave_queue.errors import BrokerUnavailable
+
+    monkeypatch.setattr(module, "START_TIMEOUT", 0.5)
+    monkeypatch.setattr(module, "START_PER_STREAM", 0.1)
+    late = tmp_path / "late-nats-server"
+    late.write_text(f"#!{sys.executable}\nimport os, sys, time\ntime.sleep(1.5)\n"
+                    f"os.execv({str(module.nats_server_binary())!r}, ['nats-server', *sys.argv[1:]])\n")
+    late.chmod(0o755)
+    store = tmp_path / "store"
+    port = free_port()
+    config = minimal_config(tmp_path, port)
+
+    supervisor = Supervisor(tmp_path / "nats.conf", "127.0.0.1", port, binary=late, store_dir=store)
+    try:
+        with pytest.raises(BrokerUnavailable, match=r"within 0\.5 s"):  # no streams: the short wait
+            await supervisor.start(config)
+    finally:
+        await supervisor.stop()
+    for n in range(30):
+        (store / "jetstream" / "ACCOUNT" / "streams" / f"S{n}").mkdir(parents=True)
+    assert supervisor.streams_on_disk() == 30
+    supervisor = Supervisor(tmp_path / "nats.conf", "127.0.0.1", port, binary=late, store_dir=store)
+    try:
+        await supervisor.start(config)  # waits up to 3.5 s
+        nc = await nats.connect(supervisor.url)
+        await nc.close()
+    finally:
+        await supervisor.stop()
+    assert supervisor.pid is None
