@@ -28,7 +28,9 @@ without a DLQ has the message discarded after its last receive, counted as disca
 Moves are made a queue's batch at a time (under load most round trips are waits, not work), in
 two halves. The copy: the dead letters of one queue waiting to be moved are read with one
 batched direct get, side by side with the DLQ's record and their notes (one batched read of the
-last note of each), and published to the DLQ back to back with their PubAcks awaited together.
+last note of each), and published to the DLQ as one atomic batch (one PubAck, one fsync on the
+default stack; a batch the broker refuses, say one holding a copy stored already, goes again one
+by one: broker/connection.py ``publish_many_into``).
 The finish: counted with one compare-and-set (on the counters this process last wrote, read only
 when another writer changed them), deleted with one delete each, sent together and not erased.
 A queue's next batch is copied while the last one finishes; queues are copied side by side,
@@ -361,8 +363,8 @@ class Mover:
 
     async def _copy(self, record: QueueRecord, dlq: Optional[QueueRecord], letters: list[Stored],
                     dead: dict[int, Dead], ids: dict[int, int], notes: dict[int, str]) -> dict[int, BaseException]:
-        """Publish ``letters`` to the queue's DLQ, back to back, their PubAcks awaited together.
-        Returns why each that was not stored failed."""
+        """Publish ``letters`` to the queue's DLQ (``publish_many_into``: one atomic batch, or one by
+        one if the broker refuses it). Returns why each that was not stored failed."""
         spec = record.spec
         if dlq is None:
             error = MoveError(f"Dead-letter queue '{spec.dead_letter_queue}' of queue '{spec.name}' does not exist.")
