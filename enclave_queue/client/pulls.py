@@ -16,10 +16,8 @@ pull returns by its deadline, PULL_GRACE later if the broker does not answer at 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Optional
 
-import nats.errors
 from nats.aio.msg import Msg
 
 from .. import envelope
@@ -195,8 +193,14 @@ async def pull_any(session: Session, levels: tuple[int, ...], wait: float) -> li
     inbox = f"{session.mux}.pull.{token}"  # .<round>.<lane>
     current = 0  #: the round whose requests' ends count
 
+    over = False  #: the poll returned: what arrives now is given back
+
     async def collect(msg: Msg) -> None:
         status = msg.headers.get(STATUS) if msg.headers else None
+        if over:
+            if status is None:
+                acks.orphaned(session, [msg])
+            return
         if status is None:
             waiter.messages.append(msg)
         elif status == "100" or msg.subject.rsplit(".", 2)[1] != str(current):  # a heartbeat; an older round
@@ -236,6 +240,6 @@ async def pull_any(session: Session, levels: tuple[int, ...], wait: float) -> li
         raise
     finally:
         session.waiting.pop(token, None)
-        with contextlib.suppress(nats.errors.Error):
-            await sub.unsubscribe()
+        over = True
+        await session.retire(sub)  # the other lanes' requests may be answered yet: given back
     return sorted(waiter.messages, key=lambda m: -envelope.priority_of(m.subject))

@@ -48,6 +48,9 @@ RESEND_AFTER = 2.0  #: seconds without an answer before a put or an acknowledgem
 FIRST_PAUSE = 0.01  #: seconds before the first try again after "no responders"
 LAST_PAUSE = 0.25  #: seconds between tries again at most (the pause doubles up to it)
 SPARE_INBOXES = 16  #: pull inboxes a session keeps for the next pulls (as many as pull at once, up to this)
+#: seconds a pull's subscription the broker may still have sent to goes on taking what arrives,
+#: once the broker was told to send no more (``Session.retire``): each such message is given back
+LATE_SECONDS = 2.0
 STATUS = "Status"  #: the header of the broker's status replies (100, 204, 404, 408, 503, …)
 #: seconds a reconnect may go on being refused before the credentials count as revoked: the broker
 #: refuses every login while the control plane's auth callout is away (a broker restart it has not
@@ -129,6 +132,10 @@ class PullInbox:
         with contextlib.suppress(nats.errors.Error):  # the connection may be closing
             await self._sub.unsubscribe()
 
+    @property
+    def subscription(self) -> Any:
+        return self._sub
+
 
 class Session:
     """One connection, authenticated as the queue's own user, and what waits for its replies."""
@@ -165,11 +172,29 @@ class Session:
     async def give_inbox(self, inbox: PullInbox, *, spare: bool) -> None:
         """A pull is over with ``inbox``: kept for the next (``spare``: nothing of it can be answered
         any more), up to SPARE_INBOXES of them, or dropped."""
-        inbox.handler = None
+        inbox.handler = None  # what still arrives goes to its stray handler: given back
         if spare and not self.closed and len(self._spare_inboxes) < SPARE_INBOXES:
             self._spare_inboxes.append(inbox)
-        else:
+        elif spare:
             await inbox.drop()
+        else:
+            await self.retire(inbox.subscription)
+
+    async def retire(self, sub: Any) -> None:
+        """End a subscription a pull request the broker may still answer replies to: the broker
+        is told at once to send it nothing more (it delivers nothing to a reply subject nobody
+        listens to), but the subscription goes on taking, for LATE_SECONDS, what the broker sent
+        already, so its callback gives that back. nats-py's ``unsubscribe`` would drop at once a
+        message already read from the socket but not yet handed to the callback, leased to nobody
+        for its visibility timeout (a loop busy as a wait ended lost one so). The UNSUB alone is
+        nats-py 2.16's ``_send_unsubscribe`` (pinned; tests/integration/test_late_delivery.py)."""
+        if self.closed or not self.nc.is_connected:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+            return
+        with contextlib.suppress(nats.errors.Error):
+            await self.nc._send_unsubscribe(sub._id)
+        self.spawn(_unsubscribe_later(sub))
 
     # -- waiters and failures ---------------------------------------------------------------------
 
@@ -502,3 +527,9 @@ def _finish_close(nc: Any) -> None:
     nc._subs.clear()
     if nc._transport is not None:
         nc._transport.close()
+
+
+async def _unsubscribe_later(sub: Any) -> None:
+    await asyncio.sleep(LATE_SECONDS)
+    with contextlib.suppress(nats.errors.Error):  # closed meanwhile, or the connection is
+        await sub.unsubscribe()
