@@ -215,7 +215,7 @@ class EnclaveStack:
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> int:
         """SIGTERM by PID, then SIGKILL if it does not stop within ``timeout`` seconds (a stack of
-        thousands of queues waits longer for its broker: broker/supervisor.py's stop_timeout);
+        thousands of queues waits longer for its broker: broker/supervisor.py's STOP_PER_STREAM);
         returns the exit code."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -49,6 +49,7 @@ PUBLISH_TIMEOUT = 5.0  #: seconds the broker may take to confirm a publish into 
 
 #: JetStream's "no message found" (a delete or get of a sequence that is not there)
 NO_MESSAGE = 10057
+_BATCH_IDS = NUID()  #: atomic batch ids (one generator: a new NUID seeds itself from the system's randomness)
 
 
 async def delete_message(js: JetStreamContext | QueueJetStream, stream: str, seq: int) -> bool:
@@ -107,7 +108,7 @@ async def _atomic(nc: Client, subject: str, messages: Sequence[tuple[bytes, dict
                   timeout: float) -> Optional[list[dict[str, Any] | BaseException]]:
     """``messages`` as one atomic batch, only its commit answered; each one's answer, or None if
     the broker refused the batch or did not answer its commit in time."""
-    batch = NUID().next().decode()
+    batch = _BATCH_IDS.next().decode()
     last = len(messages)
     try:
         for position, (body, headers) in enumerate(messages, 1):

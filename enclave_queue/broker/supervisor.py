@@ -119,7 +119,7 @@ class Supervisor:
                  log_path: Optional[Path] = None, memory_limit: int = 0,
                  secret_env: Optional[Mapping[str, str]] = None, store_dir: Optional[Path] = None) -> None:
         self.config_path = config_path.absolute()  #: absolute: a stale server is known by it
-        self.store_dir = store_dir  #: the configuration's JetStream store: its streams set the start timeout
+        self.store_dir = store_dir  #: the configuration's JetStream store: its streams set the start and stop timeouts
         self.host = host
         self.port = port
         self.binary = binary or nats_server_binary()
@@ -128,7 +128,6 @@ class Supervisor:
         #: variables the configuration names (a cluster's route secrets): given to the server only
         self.secret_env = dict(secret_env or {})
         self.restarts = 0
-        self.streams = 0  #: streams the broker holds about (the runtime's count): its stop waits for them
         self.on_restart: Optional[Callable[[], Awaitable[None]]] = None
         self._proc: Optional[asyncio.subprocess.Process] = None
         self._start_timeout = START_TIMEOUT
@@ -218,7 +217,7 @@ class Supervisor:
         return False
 
     async def restart(self) -> None:
-        """Stop the running server (SIGTERM, SIGKILL after ``stop_timeout``) and start it again from the
+        """Stop the running server (SIGTERM, SIGKILL as ``stop`` does) and start it again from the
         configuration on disk; returns once it accepts connections, having called ``on_restart``.
         If it does not start, the watch goes on trying as after a crash."""
         if self._watch is not None:
@@ -243,9 +242,13 @@ class Supervisor:
             return sum(1 for _ in (self.store_dir / "jetstream").glob("*/streams/*"))
         return 0
 
-    async def _spawn(self) -> None:
+    async def _by_streams(self, base: float, per_stream: float, most: float) -> tuple[int, float]:
+        """The streams on disk, and ``base`` seconds plus ``per_stream`` each, at most ``most``."""
         streams = await asyncio.to_thread(self.streams_on_disk)
-        self._start_timeout = min(START_TIMEOUT + START_PER_STREAM * streams, START_TIMEOUT_MAX)
+        return streams, min(base + per_stream * streams, most)
+
+    async def _spawn(self) -> None:
+        streams, self._start_timeout = await self._by_streams(START_TIMEOUT, START_PER_STREAM, START_TIMEOUT_MAX)
         if streams:
             log.info("nats-server holds %d streams: waiting up to %.0f s for it to start", streams,
                      self._start_timeout)
@@ -320,7 +323,7 @@ class Supervisor:
             await self._restarted()
 
     async def stop(self) -> None:
-        """Stop the server by PID: SIGTERM, then SIGKILL after ``stop_timeout``."""
+        """Stop the server by PID: SIGTERM, then SIGKILL after STOP_TIMEOUT and more a stream on disk."""
         self._stopping = True
         await stop_tasks([self._watch])
         if self._proc is None:  # never started: nothing to stop, and the PID file is not ours
@@ -333,18 +336,13 @@ class Supervisor:
         proc = self._proc
         if proc is not None and proc.returncode is None:
             proc.terminate()
-            patience = self.stop_timeout
+            _, patience = await self._by_streams(STOP_TIMEOUT, STOP_PER_STREAM, STOP_TIMEOUT_MAX)
             try:
                 await asyncio.wait_for(proc.wait(), patience)
             except TimeoutError:
                 log.warning("nats-server did not stop within %.0f s of SIGTERM; killing it", patience)
                 proc.kill()
                 await proc.wait()
-
-    @property
-    def stop_timeout(self) -> float:
-        """Seconds a stop waits after SIGTERM before SIGKILL, by the streams there are."""
-        return min(STOP_TIMEOUT + STOP_PER_STREAM * self.streams, STOP_TIMEOUT_MAX)
 
     async def stop_stale(self) -> None:
         """Stop the server recorded in the PID file if it is a nats-server running this
@@ -360,7 +358,8 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGCONT):  # SIGCONT: a stopped process can't act on SIGTERM
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        if await self._gone(pid, STOP_TIMEOUT):
+        _, patience = await self._by_streams(STOP_TIMEOUT, STOP_PER_STREAM, STOP_TIMEOUT_MAX)
+        if await self._gone(pid, patience):
             return
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -198,8 +198,7 @@ async def pull_any(session: Session, levels: tuple[int, ...], wait: float) -> li
     async def collect(msg: Msg) -> None:
         status = msg.headers.get(STATUS) if msg.headers else None
         if over:
-            if status is None:
-                acks.orphaned(session, [msg])
+            _stray(session, msg)
             return
         if status is None:
             waiter.messages.append(msg)

@@ -393,8 +393,6 @@ class Runtime:
         self.ready = False
         with contextlib.suppress(OSError):
             (self.settings.home / RUNTIME_FILE).unlink()
-        if self.supervisor is not None and self.accounts is not None:
-            self.supervisor.streams = len(self.accounts.applied)  # its stop waits for them all
         await self._stop_parts()
         if self.supervisor is not None:
             await self.supervisor.stop()
