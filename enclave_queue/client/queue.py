@@ -8,8 +8,8 @@ and settings.py (the queue's settings, cached); message.py holds a received mess
 What each verb does on the broker (JetStream):
 
 - ``send`` publishes to the queue's subject and returns once the stream has stored the message
-  (its PubAck), so a sent message is durable. ``send_batch`` sends many as one atomic batch on a
-  broker that fsyncs every write (a group commit), else pipelined; concurrent puts are
+  (its PubAck), so a sent message is durable. ``send_batch`` sends many (32 or more) as one atomic batch
+  on a broker that fsyncs every write (a group commit), else pipelined; concurrent puts are
   group-committed the same way (batching.py, grouping.py).
   ``send(body, dedupe_key=…)`` sets ``Nats-Msg-Id``: within the queue's ``dedupe_window_seconds``
   the broker stores a repeated key once and answers with the first message's sequence. A queue

@@ -28,9 +28,10 @@ without a DLQ has the message discarded after its last receive, counted as disca
 Moves are made a queue's batch at a time (under load most round trips are waits, not work), in
 two halves. The copy: the dead letters of one queue waiting to be moved are read with one
 batched direct get, side by side with the DLQ's record and their notes (one batched read of the
-last note of each), and published to the DLQ as one atomic batch (one PubAck, one fsync on the
-default stack; a batch the broker refuses, say one holding a copy stored already, goes again one
-by one: broker/connection.py ``publish_many_into``).
+last note of each), and published to the DLQ side by side, a full batch as one atomic batch (one
+PubAck, one fsync on the default stack; a batch the broker refuses, say one holding a copy stored
+already, goes again one by one; fewer go one by one, which costs the broker less than staging a
+batch: broker/connection.py ``publish_many_into``).
 The finish: counted with one compare-and-set (on the counters this process last wrote, read only
 when another writer changed them), deleted with one delete each, sent together and not erased.
 A queue's next batch is copied while the last one finishes; queues are copied side by side,
@@ -110,13 +111,19 @@ PROBE = json.dumps({"batch": 1, "no_wait": True, "max_bytes": 1}).encode()
 FAULT = os.environ.get("ENCLAVE_FAULT", "")
 #: dead letters of one queue moved together; their count tokens must fit in the counters' memory
 MOVE_BATCH = min(64, RECENT_EVENTS // 2)
-MOVING_QUEUES = 32  #: queues whose batches are moved at the same time (two pooled connections each)
-#: advisories taken and not yet acked: below the advisory consumer's max_ack_pending (1000), so a
-#: restart of this loop never finds the broker holding advisories back
-IN_FLIGHT = 512
+#: queues whose batches are copied at the same time (two pooled connections each: half the pool)
+MOVING_QUEUES = 128
+#: advisories taken and not yet acked (each acked once its message is moved): with 100 queues
+#: failing at 20 msg/s each, 512 were in flight all the time, and the advisories queued in their
+#: stream behind them (their wait there was most of a move's time)
+IN_FLIGHT = 2048
+#: the advisory consumer's: above IN_FLIGHT, so a restart of this loop never finds the broker
+#: holding advisories back for those the last one left unacked (they come again after ack_wait)
+MAX_ACK_PENDING = 2 * IN_FLIGHT
 FETCH_BATCH = 256  #: advisories asked for by one pull request
 PULL_SECONDS = 5.0  #: how long a pull request for advisories stays open
 READ_BYTES = 8 * 1024 * 1024  #: at most this much of a batch read in one direct get
+READ_SPAN = 4 * MOVE_BATCH  #: at most this many messages read to find a batch's dead letters
 SWEEP_PARALLEL = 8  #: queues swept at the same time
 
 
@@ -209,10 +216,11 @@ class Mover:
             storage=api.StorageType.FILE, max_age=KEEP_SECONDS, max_bytes=CONTROL_STREAM_BYTES[ADVISORY_STREAM],
             discard=api.DiscardPolicy.OLD, num_replicas=1,
         ))
-        with contextlib.suppress(nats.js.errors.BadRequestError):  # exists already
-            await retry_unavailable(lambda: js.add_consumer(ADVISORY_STREAM, api.ConsumerConfig(
-                durable_name=MOVER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=30.0, max_deliver=-1,
-            )))
+        # created, or updated (one an earlier version made had max_ack_pending 1000)
+        await retry_unavailable(lambda: js.add_consumer(ADVISORY_STREAM, api.ConsumerConfig(
+            durable_name=MOVER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=30.0, max_deliver=-1,
+            max_ack_pending=MAX_ACK_PENDING,
+        )))
         self._sub = await self.conn.control.subscribe(reject_subject("*"), queue="movers", cb=self._on_reject)
         self._tasks = [
             asyncio.create_task(self._advisories(), name="deadletters-advisories"),
@@ -661,9 +669,11 @@ def _stored_time(letter: Stored) -> str:
 
 async def _read(nc: Client, stream: str, seqs: list[int]) -> Read:
     """Messages ``seqs`` (ascending) of ``stream`` that are still there: one batched read from the
-    stream's first message, as the dead are usually its oldest; those it did not reach, one direct
-    get each, sent together."""
-    head = await direct_batch(nc, direct_get_subject(stream), {"seq": 1, "batch": len(seqs), "max_bytes": READ_BYTES},
+    first of them over the span they cover (at most READ_SPAN messages; under load the messages
+    between them are the queue's in flight, few); those it did not reach, one direct get each,
+    sent together."""
+    span = min(seqs[-1] - seqs[0] + 1, max(READ_SPAN, len(seqs)))
+    head = await direct_batch(nc, direct_get_subject(stream), {"seq": seqs[0], "batch": span, "max_bytes": READ_BYTES},
                               f"the dead letters of {stream}")
     wanted = set(seqs)
     found = {m.sequence: m for m in head.messages if m.sequence in wanted}

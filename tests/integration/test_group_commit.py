@@ -40,6 +40,20 @@ async def test_send_batch_on_the_durable_default_is_one_atomic_batch_and_reads_b
         assert [m.body for m in taken] == [{"n": n} for n in range(300)]
 
 
+async def test_a_send_batch_of_fewer_than_min_group_goes_message_by_message_on_the_durable_default(stack, unique_name):
+    """An atomic batch costs the broker more than the fsyncs a few messages save (batching.py)."""
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        assert await queue.send_batch([f"few{n}" for n in range(MIN_GROUP - 1)]) == MIN_GROUP - 1
+        assert set((await batch_ids(stack, creds)).values()) == {None}
+        assert await queue.send_batch([f"group{n}" for n in range(MIN_GROUP)]) == MIN_GROUP
+        batches = list((await batch_ids(stack, creds)).values())
+        assert batches[:MIN_GROUP - 1] == [None] * (MIN_GROUP - 1)
+        assert len(set(batches[MIN_GROUP - 1:])) == 1 and batches[-1] is not None
+        taken = await drain(queue)
+        assert [m.body for m in taken] == [f"few{n}" for n in range(MIN_GROUP - 1)] + [f"group{n}" for n in range(MIN_GROUP)]
+
+
 async def test_send_batch_on_an_interval_broker_goes_message_by_message(enclave_stack_factory):
     stack = enclave_stack_factory(env={"ENCLAVE_SYNC": "interval"})
     creds = make_queue(stack, "pipelined")
