@@ -227,7 +227,11 @@ class Supervisor:
         try:
             await self._terminate()
             log.warning("nats-server stopped for a restart")
-            await self._spawn()
+            try:
+                await self._spawn()
+            except (BrokerUnavailable, OSError):
+                await self._end_unready()  # so the watch starts it again, not waits on it
+                raise
         finally:
             if not self._stopping:
                 self._watch = keep_running(self._watch_loop, "broker-watch")
@@ -247,8 +251,11 @@ class Supervisor:
         streams = await asyncio.to_thread(self.streams_on_disk)
         return streams, min(base + per_stream * streams, most)
 
-    async def _spawn(self) -> None:
-        streams, self._start_timeout = await self._by_streams(START_TIMEOUT, START_PER_STREAM, START_TIMEOUT_MAX)
+    async def _spawn(self, patience: float = 1.0) -> None:
+        """Start nats-server and wait until it accepts connections: START_TIMEOUT and START_PER_STREAM
+        a stream on disk, times ``patience``, at most START_TIMEOUT_MAX."""
+        streams, timeout = await self._by_streams(START_TIMEOUT, START_PER_STREAM, START_TIMEOUT_MAX)
+        self._start_timeout = min(timeout * patience, START_TIMEOUT_MAX)
         if streams:
             log.info("nats-server holds %d streams: waiting up to %.0f s for it to start", streams,
                      self._start_timeout)
@@ -304,7 +311,11 @@ class Supervisor:
         raise BrokerUnavailable(f"nats-server did not accept connections within {self._start_timeout:g} s.")
 
     async def _watch_loop(self) -> None:
-        delay = RESTART_BACKOFF[0]
+        """Start the server again whenever it exits, until it is stopped. A start that failed is
+        tried again after a wait that doubles each time (RESTART_BACKOFF), and a server that ran but
+        did not accept connections in time is stopped first and given twice as long the next time:
+        one wedged starting is replaced, one merely slow gets there."""
+        delay, patience = RESTART_BACKOFF[0], 1.0
         while not self._stopping:
             assert self._proc is not None
             code = await self._proc.wait()
@@ -313,14 +324,28 @@ class Supervisor:
             log.warning("nats-server exited with code %s; restarting in %.1f s", code, delay)
             await asyncio.sleep(delay)
             try:
-                await self._spawn()
+                await self._spawn(patience)
             except (BrokerUnavailable, OSError) as exc:  # OSError: no room for a process or its files
                 log.error("nats-server restart failed: %s", exc)
+                if await self._end_unready():
+                    patience *= 2
                 delay = min(delay * 2, RESTART_BACKOFF[1])
                 continue
-            delay = RESTART_BACKOFF[0]
+            delay, patience = RESTART_BACKOFF[0], 1.0
             self.restarts += 1
             await self._restarted()
+
+    async def _end_unready(self) -> bool:
+        """Stop a server that runs but did not accept connections within its start timeout (a
+        wait on it would last as long as it runs, and a late start would go unnoticed); True if
+        there was one."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return False
+        log.warning("nats-server (pid %d) did not accept connections within %.0f s; stopping it", proc.pid,
+                    self._start_timeout)
+        await self._terminate()
+        return True
 
     async def stop(self) -> None:
         """Stop the server by PID: SIGTERM, then SIGKILL after STOP_TIMEOUT and more a stream on disk."""

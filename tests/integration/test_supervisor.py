@@ -121,3 +121,39 @@ async def test_a_broker_with_many_streams_on_disk_is_given_longer_to_start(tmp_p
     finally:
         await supervisor.stop()
     assert supervisor.pid is None
+
+
+async def test_a_broker_that_restarts_too_slowly_is_replaced_and_given_longer_until_it_answers(tmp_path, monkeypatch):
+    # after a crash the restarted server runs but does not answer within its start timeout (0.5 s
+    # here; it starts 1.5 s late): it is stopped and started again, given twice as long each time,
+    # and once it answers the restart is reported (on_restart), as after any other crash
+    import sys
+
+    from enclave_queue.broker import supervisor as module
+
+    monkeypatch.setattr(module, "START_TIMEOUT", 0.5)
+    slow = tmp_path / "slow"
+    wrapper = tmp_path / "maybe-late-nats-server"
+    wrapper.write_text(f"#!{sys.executable}\nimport os, sys, time\nif os.path.exists({str(slow)!r}): time.sleep(1.5)\n"
+                       f"os.execv({str(module.nats_server_binary())!r}, ['nats-server', *sys.argv[1:]])\n")
+    wrapper.chmod(0o755)
+    port = free_port()
+    supervisor = Supervisor(tmp_path / "nats.conf", "127.0.0.1", port, binary=wrapper)
+    restarted = asyncio.Event()
+
+    async def on_restart():
+        restarted.set()
+
+    supervisor.on_restart = on_restart
+    await supervisor.start(minimal_config(tmp_path, port))
+    try:
+        first = supervisor.pid
+        slow.touch()
+        os.kill(first, signal.SIGKILL)
+        await asyncio.wait_for(restarted.wait(), 20)  # 0.5 s, 1 s: stopped; 2 s: it answers at 1.5
+        assert supervisor.restarts == 1
+        nc = await nats.connect(supervisor.url)
+        await nc.close()
+    finally:
+        await supervisor.stop()
+    assert supervisor.pid is None
