@@ -4,7 +4,7 @@ restart: ``pull`` asks one consumer, ``pull_any`` long-polls every priority lane
 receiving.py builds every way of taking messages on these two, over a session; they hand back
 raw deliveries (``nats.aio.msg.Msg``), and what a cancelled pull had taken already is given back
 at once (``acks.orphaned``). ``pull`` takes its replies on an inbox the next pull may take over
-(``session.PullInbox``: a ``get`` in a loop subscribes nothing a call); ``pull_any`` walks away
+(``inboxes.PullInbox``: a ``get`` in a loop subscribes nothing a call); ``pull_any`` walks away
 from the lanes that did not answer, so it drops its subscription every time.
 
 A restarted broker forgets the pull requests it holds, and nothing tells the client. So a wait is
@@ -83,7 +83,7 @@ async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 
         if not waiter.done.done():
             waiter.done.set_result(None)
 
-    inbox = await session.take_inbox(_stray)
+    inbox = await session.inboxes.take(_stray)
     inbox.handler = collect
     subject = next_subject(session, level)
     backoff: Optional[Backoff] = None
@@ -132,7 +132,7 @@ async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 
         raise
     finally:
         session.waiting.pop(token, None)
-        await session.give_inbox(inbox, spare=not held)
+        await session.inboxes.give(inbox, spare=not held)
     if len(messages) > batch:
         acks.orphaned(session, messages[batch:])
         del messages[batch:]
@@ -240,5 +240,5 @@ async def pull_any(session: Session, levels: tuple[int, ...], wait: float) -> li
     finally:
         session.waiting.pop(token, None)
         over = True
-        await session.retire(sub)  # the other lanes' requests may be answered yet: given back
+        await session.inboxes.retire(sub)  # the other lanes' requests may be answered yet: given back
     return sorted(waiter.messages, key=lambda m: -envelope.priority_of(m.subject))

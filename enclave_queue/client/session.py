@@ -10,7 +10,8 @@ Replies to single requests come to one subscription, ``<mux>.<token>``, and find
 token. Waits with many replies (a pull, a batch of PubAcks, a direct get) register a waiter under
 their token too, so that a permission denial, revoked credentials or ``close`` fails them at once
 (``fail_all``), and take their replies on an inbox of their own under ``<mux>.<kind>.<token>``:
-a pull on a ``PullInbox`` it may hand on to the next pull, the rest on a subscription they drop.
+a pull on a ``PullInbox`` it may hand on to the next pull (inboxes.py), the rest on a
+subscription they drop.
 
 "No responders" (a ``503`` status) is how the broker answers a request for a moment during a
 configuration reload, and while JetStream starts after a restart. ``request`` and
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import json
 from collections.abc import Awaitable, Callable, Coroutine
@@ -39,6 +39,7 @@ from .. import envelope
 from ..errors import BrokerUnavailable, EnclaveError, PermissionDenied, Unauthorized, from_problem
 from ..names import DESK_SUBJECT, ERRORS_SUBJECT, NOTES_SUBJECT, REJECT_SUBJECT
 from .credentials import Credentials
+from .inboxes import Inboxes
 
 T = TypeVar("T")
 
@@ -47,10 +48,6 @@ RETRY_WINDOW = 3.0  #: seconds to keep asking a request nobody answered (a reloa
 RESEND_AFTER = 2.0  #: seconds without an answer before a put or an acknowledgement is sent again
 FIRST_PAUSE = 0.01  #: seconds before the first try again after "no responders"
 LAST_PAUSE = 0.25  #: seconds between tries again at most (the pause doubles up to it)
-SPARE_INBOXES = 16  #: pull inboxes a session keeps for the next pulls (as many as pull at once, up to this)
-#: seconds a pull's subscription the broker may still have sent to goes on taking what arrives,
-#: once the broker was told to send no more (``Session.retire``): each such message is given back
-LATE_SECONDS = 2.0
 STATUS = "Status"  #: the header of the broker's status replies (100, 204, 404, 408, 503, …)
 #: seconds a reconnect may go on being refused before the credentials count as revoked: the broker
 #: refuses every login while the control plane's auth callout is away (a broker restart it has not
@@ -98,45 +95,6 @@ class Pull:
         self.unanswered, self.status, self.ended = False, None, 0
 
 
-class PullInbox:
-    """A subscription, ``<prefix>.*``, that one pull at a time takes its replies on, each request
-    on a reply subject of its own (``reply``). A pull's delivered messages keep their original
-    subject, so only the subscription tells whose they are: it is never shared by two pulls at
-    once, but a pull that is over and left no request the broker could still answer gives it back
-    to the session for the next (``Session.take_inbox``, ``give_inbox``), so a ``get`` in a loop
-    makes and drops no subscription a call (two protocol messages, and the broker's subject cache
-    redone for both). One that may still be answered is dropped: the broker delivers nothing to a
-    pull request whose reply subject nobody listens to. Whatever arrives while no pull holds it
-    goes to ``stray`` (pulls.py gives messages back)."""
-
-    def __init__(self, nc: Client, prefix: str, stray: Callable[[Msg], None]) -> None:
-        self.prefix = prefix
-        self.handler: Optional[Callable[[Msg], None]] = None  #: the pull that holds it
-        self._nc = nc
-        self._stray = stray
-        self._requests = itertools.count(1)
-        self._sub: Any = None
-
-    async def start(self) -> None:
-        self._sub = await self._nc.subscribe(f"{self.prefix}.*", cb=self._route)
-
-    async def _route(self, msg: Msg) -> None:
-        (self.handler or self._stray)(msg)
-
-    def reply(self) -> tuple[int, str]:
-        """The next request's number and reply subject (numbers go on across pulls)."""
-        number = next(self._requests)
-        return number, f"{self.prefix}.{number}"
-
-    async def drop(self) -> None:
-        with contextlib.suppress(nats.errors.Error):  # the connection may be closing
-            await self._sub.unsubscribe()
-
-    @property
-    def subscription(self) -> Any:
-        return self._sub
-
-
 class Session:
     """One connection, authenticated as the queue's own user, and what waits for its replies."""
 
@@ -151,7 +109,7 @@ class Session:
         self.closed = False
         self._ids = itertools.count(1)
         self._sub: Any = None
-        self._spare_inboxes: list[PullInbox] = []  #: for the next pulls (``take_inbox``)
+        self.inboxes = Inboxes(self)  #: the pulls' inboxes (inboxes.py)
         self._broken: Optional[EnclaveError] = None  #: why the broker cut us off for good
         self._closing: Optional[asyncio.Task[None]] = None
         self._refused_since: Optional[float] = None  #: when the reconnects began to be refused
@@ -159,42 +117,6 @@ class Session:
 
     async def start(self) -> None:
         self._sub = await self.nc.subscribe(f"{self.mux}.*", cb=self._on_reply)
-
-    async def take_inbox(self, stray: Callable[[Session, Msg], None]) -> PullInbox:
-        """A ``PullInbox`` for one pull: a spare one, or a new one whose strays go to ``stray``
-        (with this session)."""
-        if self._spare_inboxes:
-            return self._spare_inboxes.pop()
-        inbox = PullInbox(self.nc, f"{self.mux}.pull{self.token()}", functools.partial(stray, self))
-        await inbox.start()
-        return inbox
-
-    async def give_inbox(self, inbox: PullInbox, *, spare: bool) -> None:
-        """A pull is over with ``inbox``: kept for the next (``spare``: nothing of it can be answered
-        any more), up to SPARE_INBOXES of them, or dropped."""
-        inbox.handler = None  # what still arrives goes to its stray handler: given back
-        if spare and not self.closed and len(self._spare_inboxes) < SPARE_INBOXES:
-            self._spare_inboxes.append(inbox)
-        elif spare:
-            await inbox.drop()
-        else:
-            await self.retire(inbox.subscription)
-
-    async def retire(self, sub: Any) -> None:
-        """End a subscription a pull request the broker may still answer replies to: the broker
-        is told at once to send it nothing more (it delivers nothing to a reply subject nobody
-        listens to), but the subscription goes on taking, for LATE_SECONDS, what the broker sent
-        already, so its callback gives that back. nats-py's ``unsubscribe`` would drop at once a
-        message already read from the socket but not yet handed to the callback, leased to nobody
-        for its visibility timeout (a loop busy as a wait ended lost one so). The UNSUB alone is
-        nats-py 2.16's ``_send_unsubscribe`` (pinned; tests/integration/test_late_delivery.py)."""
-        if self.closed or not self.nc.is_connected:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
-            return
-        with contextlib.suppress(nats.errors.Error):
-            await self.nc._send_unsubscribe(sub._id)
-        self.spawn(_unsubscribe_later(sub))
 
     # -- waiters and failures ---------------------------------------------------------------------
 
@@ -528,8 +450,3 @@ def _finish_close(nc: Any) -> None:
     if nc._transport is not None:
         nc._transport.close()
 
-
-async def _unsubscribe_later(sub: Any) -> None:
-    await asyncio.sleep(LATE_SECONDS)
-    with contextlib.suppress(nats.errors.Error):  # closed meanwhile, or the connection is
-        await sub.unsubscribe()
