@@ -37,9 +37,10 @@ async def test_a_bad_configuration_never_replaces_a_good_one(tmp_path):
     assert supervisor.pid is None
 
 
-async def test_a_dead_broker_is_restarted_on_the_same_port(tmp_path):
+async def started_telling_restarts(tmp_path, **options) -> tuple[Supervisor, asyncio.Event]:
+    """A started supervisor whose on_restart sets the event returned with it."""
     port = free_port()
-    supervisor = Supervisor(tmp_path / "nats.conf", "127.0.0.1", port)
+    supervisor = Supervisor(tmp_path / "nats.conf", "127.0.0.1", port, **options)
     restarted = asyncio.Event()
 
     async def on_restart():
@@ -47,6 +48,11 @@ async def test_a_dead_broker_is_restarted_on_the_same_port(tmp_path):
 
     supervisor.on_restart = on_restart
     await supervisor.start(minimal_config(tmp_path, port))
+    return supervisor, restarted
+
+
+async def test_a_dead_broker_is_restarted_on_the_same_port(tmp_path):
+    supervisor, restarted = await started_telling_restarts(tmp_path)
     try:
         first = supervisor.pid
         os.kill(first, signal.SIGKILL)
@@ -137,15 +143,7 @@ async def test_a_broker_that_restarts_too_slowly_is_replaced_and_given_longer_un
     wrapper.write_text(f"#!{sys.executable}\nimport os, sys, time\nif os.path.exists({str(slow)!r}): time.sleep(1.5)\n"
                        f"os.execv({str(module.nats_server_binary())!r}, ['nats-server', *sys.argv[1:]])\n")
     wrapper.chmod(0o755)
-    port = free_port()
-    supervisor = Supervisor(tmp_path / "nats.conf", "127.0.0.1", port, binary=wrapper)
-    restarted = asyncio.Event()
-
-    async def on_restart():
-        restarted.set()
-
-    supervisor.on_restart = on_restart
-    await supervisor.start(minimal_config(tmp_path, port))
+    supervisor, restarted = await started_telling_restarts(tmp_path, binary=wrapper)
     try:
         first = supervisor.pid
         slow.touch()
