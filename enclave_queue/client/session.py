@@ -449,4 +449,3 @@ def _finish_close(nc: Any) -> None:
     nc._subs.clear()
     if nc._transport is not None:
         nc._transport.close()
-
