@@ -1,10 +1,15 @@
 """Upgrade in place: a data dir written by the configuration-file version of the stack (every
-queue an account in nats.conf; tests/fixtures/make_config_mode_home.py made it) starts under
-operator mode with its queues, messages, dead letters, passwords and counters."""
+queue an account in nats.conf) starts under operator mode with its queues, messages, dead letters,
+passwords and counters. That version's own code writes the data dir afresh for each run
+(tests/fixtures/make_config_mode_home.py), so no message in it is ever past its retention."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -12,16 +17,29 @@ import pytest
 
 from enclave_queue.client import connect
 
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "config-mode-home.tar.gz"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def config_mode_home(tmp_path_factory) -> Path:
+    """The data dir as the configuration-file version leaves it, made once for this module."""
+    root = tmp_path_factory.mktemp("config-mode")
+    with tarfile.open(FIXTURES / "config-mode-stack.tar.gz") as archive:
+        archive.extractall(root / "code", filter="data")
+    # by path, from a directory of its own, so this checkout's enclave_queue shadows nothing
+    subprocess.run([sys.executable, str(FIXTURES / "make_config_mode_home.py"), str(root / "home")],
+                   cwd=root, env={**os.environ, "PYTHONPATH": str(root / "code")}, check=True, timeout=120)
+    conf = json.loads((root / "home" / "broker" / "nats.conf").read_text())
+    assert "operator" not in conf and len(conf["accounts"]) > 3  # the old mode wrote it: each queue an account
+    return root / "home"
+
+
 @pytest.fixture
-def old_home(tmp_path: Path) -> Path:
-    with tarfile.open(FIXTURE) as archive:
-        archive.extractall(tmp_path, filter="data")
+def old_home(config_mode_home: Path, tmp_path: Path) -> Path:
     home = tmp_path / "home"
+    shutil.copytree(config_mode_home, home, symlinks=True)
     home.chmod(0o700)
     return home
 
@@ -77,7 +95,6 @@ def _credentials(stack, names):
 
 def test_a_wrong_master_key_is_refused_before_the_store_is_touched(old_home, enclave_stack_factory):
     import base64
-    import os
 
     before = sorted(p.name for p in (old_home / "broker" / "jetstream").iterdir())
     other_key = base64.urlsafe_b64encode(os.urandom(32)).decode()
