@@ -158,7 +158,7 @@ def git_commit() -> str:
 
 
 def nats_server_version() -> str:
-    from enclave_queue.broker.supervisor import nats_server_binary
+    from enclave_queue.broker.process import nats_server_binary
 
     try:
         return subprocess.run([str(nats_server_binary()), "--version"], capture_output=True, text=True,

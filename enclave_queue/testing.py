@@ -92,7 +92,7 @@ class NatsServer:
     @classmethod
     def start(cls, store_dir: Path, config: str = "") -> NatsServer:
         """Start one; ``config`` is extra configuration text appended to the defaults."""
-        from .broker.supervisor import child_env, free_port, nats_server_binary
+        from .broker.process import child_env, free_port, nats_server_binary
 
         store_dir.mkdir(parents=True, exist_ok=True)
         port = free_port()
@@ -261,7 +261,7 @@ class EnclaveCluster:
         import base64
         import secrets
 
-        from .broker.supervisor import free_port
+        from .broker.process import free_port
 
         names = [f"node-{chr(ord('a') + i)}" for i in range(size)]
         ports = [free_port() for _ in names]

@@ -59,12 +59,13 @@ from typing import Any, Optional, TypeVar
 
 from ..spec import scheduled_delay
 from .batching import SEND_WINDOW, Batching
+from .connecting import open_session
 from .credentials import Credentials
 from .inspecting import DeadLetter, Inspecting
 from .message import Message, PeekedMessage
 from .receiving import Receiving
 from .sending import Sending
-from .session import DEFAULT_TIMEOUT, Session, open_session
+from .session import DEFAULT_TIMEOUT, Session
 from .settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -39,8 +39,9 @@ from ..auth.secrets import MasterKey, write_private
 from ..auth.tokens import generate_token, token_digest
 from ..broker.config import CONTROL_STREAM_BYTES, BrokerConfig, control_replicas, route_env, route_password
 from ..broker.connection import BrokerConnection
+from ..broker.process import free_port
 from ..broker.storage import StorageGuard
-from ..broker.supervisor import Supervisor, free_port
+from ..broker.supervisor import Supervisor
 from ..controller.accounts import Accounts
 from ..controller.callout import Callout
 from ..controller.errornotes import ErrorNotes

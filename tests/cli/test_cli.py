@@ -116,7 +116,7 @@ def test_error_lines_and_exit_codes(stack, unique_name, tmp_path):
 
 
 def test_an_unreachable_api_is_a_clear_error(stack):
-    from enclave_queue.broker.supervisor import free_port
+    from enclave_queue.broker.process import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     result = run(stack, "queue", "list", env={"ENCLAVE_URL": url})

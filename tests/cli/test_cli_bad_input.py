@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from enclave_queue.broker.supervisor import free_port
+from enclave_queue.broker.process import free_port
 from tests.cli.test_cli import ENCLAVE, ok
 from tests.helpers import make_queue
 

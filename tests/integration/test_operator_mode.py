@@ -29,7 +29,7 @@ from enclave_queue.auth.keys import OperatorKeys
 from enclave_queue.auth.secrets import MasterKey, hash_password
 from enclave_queue.broker.claims import control_user, queue_account
 from enclave_queue.broker.config import BrokerConfig, render
-from enclave_queue.broker.supervisor import child_env, free_port, nats_server_binary
+from enclave_queue.broker.process import child_env, free_port, nats_server_binary
 from enclave_queue.controller.callout import Callout
 from enclave_queue.names import CONSUMER, inbox_prefix, stream_name
 from enclave_queue.testing import wait_for_nats

@@ -17,7 +17,7 @@ import pytest
 from enclave_queue.auth.keys import OperatorKeys
 from enclave_queue.auth.secrets import MasterKey
 from enclave_queue.client import connect
-from enclave_queue.client.session import drop_failed_attempt
+from enclave_queue.client.connecting import drop_failed_attempt
 from tests.conftest import files_under
 from tests.helpers import account_store, dirty_pages, eventually, make_queue, system_connection
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from enclave_queue.broker.supervisor import nats_server_binary
+from enclave_queue.broker.process import nats_server_binary
 from enclave_queue.client import connect
 from enclave_queue.testing import EnclaveStack
 from tests.helpers import eventually, make_queue

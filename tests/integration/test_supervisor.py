@@ -11,7 +11,8 @@ import psutil
 import pytest
 from nats.js import api
 
-from enclave_queue.broker.supervisor import BrokerConfigError, Supervisor, free_port
+from enclave_queue.broker.process import free_port
+from enclave_queue.broker.supervisor import BrokerConfigError, Supervisor
 from enclave_queue.testing import NatsServer
 
 

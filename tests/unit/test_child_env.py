@@ -6,7 +6,8 @@ import stat
 
 import pytest
 
-from enclave_queue.broker.supervisor import Supervisor, child_env
+from enclave_queue.broker.process import child_env
+from enclave_queue.broker.supervisor import Supervisor
 
 
 @pytest.mark.parametrize(("name", "kept"), [
