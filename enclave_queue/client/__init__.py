@@ -4,8 +4,8 @@
 Layers, each importing only those below it: queue.py (the ``Queue`` facade, ``connect``, and what
 each verb does on the broker) over sending.py, batching.py, receiving.py and inspecting.py (the
 verbs), over message.py (a received message), pulls.py, acks.py and settings.py, over session.py
-(the connection), over credentials.py. Of the rest of the package it uses only names, envelope,
-errors and spec.
+(the connection; connecting.py opens it), over credentials.py. Of the rest of the package it uses
+only names, envelope, errors and spec.
 """
 
 from .credentials import Credentials

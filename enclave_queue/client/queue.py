@@ -1,7 +1,7 @@
 """The ``Queue`` facade and ``connect``: one queue's verbs, each carried out by the module that owns
 it, and what each verb does on the broker.
 
-``connect`` opens a session (session.py) and builds a ``Queue`` over it from sending.py and
+``connect`` opens a session (connecting.py, session.py) and builds a ``Queue`` over it from sending.py and
 batching.py (putting), receiving.py (taking), inspecting.py (looking, and the operator's verbs)
 and settings.py (the queue's settings, cached); message.py holds a received message's verbs.
 

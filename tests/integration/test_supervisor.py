@@ -11,7 +11,7 @@ import psutil
 import pytest
 from nats.js import api
 
-from enclave_queue.broker.process import free_port
+from enclave_queue.broker.process import free_port, nats_server_binary
 from enclave_queue.broker.supervisor import BrokerConfigError, Supervisor
 from enclave_queue.testing import NatsServer
 
@@ -105,7 +105,7 @@ async def test_a_broker_with_many_streams_on_disk_is_given_longer_to_start(tmp_p
     monkeypatch.setattr(module, "START_PER_STREAM", 0.1)
     late = tmp_path / "late-nats-server"
     late.write_text(f"#!{sys.executable}\nimport os, sys, time\ntime.sleep(1.5)\n"
-                    f"os.execv({str(module.nats_server_binary())!r}, ['nats-server', *sys.argv[1:]])\n")
+                    f"os.execv({str(nats_server_binary())!r}, ['nats-server', *sys.argv[1:]])\n")
     late.chmod(0o755)
     store = tmp_path / "store"
     port = free_port()
@@ -142,7 +142,7 @@ async def test_a_broker_that_restarts_too_slowly_is_replaced_and_given_longer_un
     slow = tmp_path / "slow"
     wrapper = tmp_path / "maybe-late-nats-server"
     wrapper.write_text(f"#!{sys.executable}\nimport os, sys, time\nif os.path.exists({str(slow)!r}): time.sleep(1.5)\n"
-                       f"os.execv({str(module.nats_server_binary())!r}, ['nats-server', *sys.argv[1:]])\n")
+                       f"os.execv({str(nats_server_binary())!r}, ['nats-server', *sys.argv[1:]])\n")
     wrapper.chmod(0o755)
     supervisor, restarted = await started_telling_restarts(tmp_path, binary=wrapper)
     try:
