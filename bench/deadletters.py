@@ -15,12 +15,16 @@ and a percentile is only reported from enough of them (bench.samples_for). Every
 connections are opened before its messages are sent, a few at a time (hundreds of app connects
 at once overrun the auth callout): the clock measures moves, not connects.
 
-By way in. The mover logs each batch it moves naming how it learnt of it (``advisory``, ``sweep``;
-the stack logs at info), so each sample is split by the way that moved it first. With many queues
-a third case runs in the same rotation, ``idle``: each worker takes its queue's messages once, nacks
-them all and pulls no more, so no advisory comes by itself and the sweep's probe (every
-ENCLAVE_SWEEP_SECONDS, 1 s on bench stacks) is what finds them; it has no baseline (a redelivery
-needs a pull), and its latency is bounded below by the sweep's period.
+By way in. The mover logs each batch it moves naming how it learnt of it (``nack``: the SDK's word
+as it hands back a last receive; ``advisory``; ``sweep``; the stack logs at info), so each sample
+is split by the way that moved it first. The SDK's worker (``busy``) is the headline. In the same
+rotation, ``raw``: the same worker on a plain nats-py connection, whose nak tells the mover
+nothing, so the broker's advisory is the way in (what an app on any other NATS client gets); and,
+with many queues, ``idle`` and ``idle-raw``: the SDK's worker and a plain client's take their
+queue's messages once, nack them all and pull no more, so no advisory comes by itself: the SDK's
+word moves them, and for the plain client the sweep's probe (every ENCLAVE_SWEEP_SECONDS, 1 s on
+bench stacks, 15 s by default) is what finds them, so its latency is bounded below by the sweep's
+period. Neither has a baseline (a redelivery needs a pull).
 
 Redrive. The DLQ is filled with dead letters (published with the headers the mover writes), then
 ``POST …/redrives`` (naming the source queue: letters published by hand carry no signed provenance)
@@ -41,6 +45,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from enclave_queue import envelope
 from enclave_queue.client import connect
 
 from . import (
@@ -65,8 +70,12 @@ NAME = "deadletters"
 
 
 #: the mover's line for each batch it moved (controller/mover.py), naming the way in
-MOVED_LINE = re.compile(r"messages ([\d,]+) of queue \S+?\.(\S+) (?:moved to|discarded).*\((advisory|sweep|reject)\)")
-PATHS = ("advisory", "sweep")
+MOVED_LINE = re.compile(r"messages ([\d,]+) of queue \S+?\.(\S+) (?:moved to|discarded).*\((advisory|sweep|reject|nack)\)")
+PATHS = ("nack", "advisory", "sweep")
+#: the failing worker's kinds: the SDK's (its nack tells the mover), a plain NATS client's with a
+#: pull always waiting (the broker's advisory tells it), and one that pulls no more (the sweep)
+FAILING = ("busy", "raw", "idle", "idle-raw")
+RAW_KINDS = ("raw", "idle-raw")
 CONNECTING = 8  #: app connections opened at the same time before a phase
 GAP = 0.05  #: seconds between a queue's messages: 20 msg/s a queue, 2,000 a second with 100 queues
 #: the calm case: 2 msg/s a queue, 200 a second with 100 queues, a load the broker's own redelivery
@@ -92,6 +101,42 @@ def moved_by(stack: Any) -> dict[tuple[str, int], str]:
     return ways
 
 
+class RawWorker:
+    """A queue's worker on a plain nats-py connection, as an app on any NATS client: a pull
+    subscription on the queue's consumer, whose nack is a plain nak (nothing tells the mover: the
+    broker's advisory does, or the sweep). Duck-types the SDK queue as far as the workers here go."""
+
+    def __init__(self, nc: Any, sub: Any, subject: str) -> None:
+        self.nc, self.sub, self.subject = nc, sub, subject
+        self.js = nc.jetstream()
+
+    @classmethod
+    async def open(cls, creds: dict[str, str]) -> RawWorker:
+        nc = await raw_connect(creds)
+        return cls(nc, await nc.jetstream().pull_subscribe_bind(creds["consumer"], stream=creds["stream"]),
+                   creds["subject"])
+
+    async def send(self, body: str) -> None:
+        await self.js.publish(self.subject, body.encode(), headers={"Content-Type": envelope.TEXT})
+
+    async def receive(self, batch: int, wait: float) -> list[RawMessage]:
+        try:
+            return [RawMessage(m) for m in await self.sub.fetch(batch, timeout=wait)]
+        except TimeoutError:  # nats-py raises asyncio's (the builtin) when nothing came
+            return []
+
+    async def close(self) -> None:
+        await self.nc.close()
+
+
+class RawMessage:
+    def __init__(self, msg: Any) -> None:
+        self.msg, self.body = msg, msg.data.decode()
+
+    async def nack(self) -> None:
+        await self.msg.nak()
+
+
 async def _dlq_worker(dlq: Any, nacked: dict[str, float], samples: int, got: list[Sample]) -> None:
     """The DLQ's worker: a pull always waiting; each sample runs from the nack to its receive."""
     while len(got) < samples:
@@ -104,8 +149,9 @@ async def _dlq_worker(dlq: Any, nacked: dict[str, float], samples: int, got: lis
 
 async def _failing_worker(queue: Any, dlq: Any, samples: int, got: list[Sample], gap: float) -> None:
     """A busy queue whose worker fails every message: a pull is always waiting on the source (as
-    on any busy queue), so the broker's advisory comes at once; every message is nacked on its
-    only receive, and a worker on the DLQ takes the dead letters."""
+    on any busy queue); every message is nacked on its only receive, and a worker on the DLQ takes
+    the dead letters. ``queue`` is an SDK queue (its nack tells the mover at once) or, for the
+    advisory's way in, a plain nats-py pull subscription (``RawWorker``: a nak, no word)."""
     nacked: dict[str, float] = {}
     done = asyncio.Event()
 
@@ -128,11 +174,13 @@ async def _failing_worker(queue: Any, dlq: Any, samples: int, got: list[Sample],
 
 async def _idle_failing_worker(queue: Any, dlq: Any, samples: int, got: list[Sample], gap: float) -> None:
     """A queue whose worker takes its messages once, nacks them all and pulls no more: no pull
-    waits after the last receive, so no advisory comes by itself, and the sweep's probe (every
-    ENCLAVE_SWEEP_SECONDS) is what finds them."""
+    waits after the last receive, so no advisory comes by itself. The SDK's nack tells the mover
+    (``idle``); a plain NATS client's (``RawWorker``: ``idle-raw``) leaves them to the sweep's probe
+    (every ENCLAVE_SWEEP_SECONDS)."""
     nacked: dict[str, float] = {}
     here: list[Sample] = []
-    await queue.send_batch([f"m{i}" for i in range(samples)])
+    for i in range(samples):
+        await queue.send(f"m{i}")
     taken: list[Any] = []
     while len(taken) < samples:
         taken += await queue.receive(batch=samples, wait=2)
@@ -180,16 +228,21 @@ async def _phase(kind: str, pairs: list[tuple[dict[str, str], dict[str, str]]], 
     none ('idle'), or (the baseline) the DLQs, empty again, as plain queues with no receive limit,
     redelivering theirs. Two connections a queue either way, opened (a few at a time: hundreds
     of app connects at once overrun the auth callout) before any message is sent."""
-    worker = {"busy": _failing_worker, "idle": _idle_failing_worker}.get(kind, _redelivering_worker)
+    worker = {"busy": _failing_worker, "raw": _failing_worker, "idle": _idle_failing_worker,
+              "idle-raw": _idle_failing_worker}.get(kind, _redelivering_worker)
     async with contextlib.AsyncExitStack() as opened:
         gate = asyncio.Semaphore(CONNECTING)
 
-        async def open_one(creds: dict[str, str]) -> Any:
+        async def open_one(creds: dict[str, str], raw: bool = False) -> Any:
             async with gate:
-                return await opened.enter_async_context(connect(creds))
+                if not raw:
+                    return await opened.enter_async_context(connect(creds))
+                worker = await RawWorker.open(creds)
+                opened.push_async_callback(worker.close)
+                return worker
 
         two = [(s, d) if kind != "redelivered" else (d, d) for s, d in pairs]
-        queues = await asyncio.gather(*(asyncio.gather(open_one(a), open_one(b)) for a, b in two))
+        queues = await asyncio.gather(*(asyncio.gather(open_one(a, kind in RAW_KINDS), open_one(b)) for a, b in two))
         await asyncio.gather(*(worker(a, b, samples, got, gap) for a, b in queues))
 
 
@@ -212,7 +265,7 @@ def latency(report: Report, quick: bool, queues: Optional[list[int]] = None) -> 
     for busy, gap in cases:
         samples = 5 if quick or busy > 1 else 100  #: messages per queue per round
         # the idle case waits for the sweep, about a second a message with one queue: only many at once
-        kinds = ["busy", "redelivered", *(["idle"] if busy > 1 and gap == GAP else [])]
+        kinds = ["busy", "raw", "redelivered", *(["idle", "idle-raw"] if busy > 1 and gap == GAP else [])]
         paced = "" if gap == GAP else f" at {1 / gap:g} msg/s each"
         label = f"{busy} busy queue(s){paced}"
         say(f"deadletters: latency with {busy} queue(s){paced}, {samples} message(s) each, {rounds} rounds: {kinds}")
@@ -237,7 +290,7 @@ def latency(report: Report, quick: bool, queues: Optional[list[int]] = None) -> 
         ms = {kind: [s.ms for s in found] for kind, found in pooled.items()}
         redelivered = ms["redelivered"]
         by_path: dict[str, dict[str, list[float]]] = {}
-        for kind in ("busy", "idle"):
+        for kind in FAILING:
             for sample in pooled.get(kind, []):
                 path = ways.get((sample.queue, sample.seq), "unknown")
                 by_path.setdefault(kind, {}).setdefault(path, []).append(sample.ms)
@@ -251,14 +304,20 @@ def latency(report: Report, quick: bool, queues: Optional[list[int]] = None) -> 
                 note += "; p50 per round: " + paired(round_p50["busy"], round_p50["redelivered"], "ms")
             _add_percentiles(report, f"nack of last receive -> on DLQ, {label}", ms["busy"],
                              redelivered, q, target, note)
-            for kind in ("busy", "idle"):
+            _add_percentiles(report, f"  the same from a plain NATS client (nak), {label}", ms["raw"], redelivered, q,
+                             note=f"{len(ms['raw'])} samples; nothing tells the mover but the broker's advisory; "
+                                  "by way in: " + ", ".join(f"{path} {len(v)}"
+                                                            for path, v in sorted(by_path["raw"].items())))
+            for kind in FAILING:
                 for path in PATHS:
                     values = by_path.get(kind, {}).get(path, [])
-                    if values and (kind == "idle" or path == "advisory" or len(values) >= samples_for(q)):
+                    if values and (kind.startswith("idle") or path != "sweep" or len(values) >= samples_for(q)):
                         _add_percentiles(report, f"  {kind}, moved by the {path}, {label}", values, None, q,
                                          note=f"{len(values)} samples; " + (
-                                             "no pull waits: found by the sweep's probe (ENCLAVE_SWEEP_SECONDS=1)"
-                                             if kind == "idle" else "a pull always waits"))
+                                             "no pull waits after the nack" + (
+                                                 ": found by the sweep's probe (ENCLAVE_SWEEP_SECONDS=1)"
+                                                 if kind == "idle-raw" else ", the SDK's word")
+                                             if kind.startswith("idle") else "a pull always waits"))
         key = f"latency_ms_{busy}{'_calm' if paced else ''}"
         report.info[key] = {
             kind: {path: [round(x, 1) for x in sorted(v)] for path, v in paths.items()} for kind, paths in by_path.items()}

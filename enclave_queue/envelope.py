@@ -299,6 +299,35 @@ def nak_payload(delay: float, receive_count: int, backoff: list[float]) -> bytes
     return b"-NAK " + json.dumps({"delay": round(nak_delay(delay, receive_count, backoff) * 1e9)}).encode()
 
 
+#: seconds a message handed back on its last receive waits before nats-server retires it and says
+#: so (its MAX_DELIVERIES advisory): whoever handed it back tells the dead-letter mover at once
+#: (``dead_word``), which has moved it by then; should the word be lost, the advisory comes after
+#: this and has it moved, as for an app on any other NATS client
+DEAD_GRACE = 10.0
+
+
+def last_receive(receive_count: int, max_receives: Optional[int]) -> bool:
+    """Whether this receive is the last the queue allows: handed back, the message is dead."""
+    return 0 < (max_receives or 0) <= receive_count
+
+
+def delivery_counts(reply: str) -> tuple[int, int]:
+    """A delivery's receive count and stream sequence, from its ack subject
+    (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.…``; the v2 form carries a domain and
+    an account hash first), without parsing the rest."""
+    tokens = reply.split(".")
+    if len(tokens) > 9:
+        return int(tokens[6]), int(tokens[7])
+    return int(tokens[4]), int(tokens[5])
+
+
+def dead_word(sequence: int, receive_count: int, subject: str) -> bytes:
+    """What tells the dead-letter mover, published without a reply to the queue's reject subject,
+    that message ``sequence`` of the queue on ``subject`` was handed back on its last receive."""
+    return _COMPACT_JSON.encode({"seq": sequence, "receive_count": receive_count, "subject": subject,
+                                 "exhausted": True}).encode()
+
+
 def body_view(data: bytes) -> dict[str, Any]:
     """A stored body as the API shows it: ``{"body": <its text>}`` when it is UTF-8, else
     ``{"body": None, "body_base64": <its bytes in base64>}``."""

@@ -29,6 +29,7 @@ from typing import NamedTuple, Optional
 
 from nats.aio.msg import Msg
 
+from ..envelope import delivery_counts
 from ..errors import BrokerUnavailable, Conflict, EnclaveError
 from .session import DEFAULT_TIMEOUT, RESEND_AFTER, Backoff, Session, unavailable
 
@@ -56,13 +57,8 @@ def delivery(reply: str) -> Delivery:
     return Delivery(tokens[2], tokens[3], int(tokens[4]), int(tokens[5]), int(tokens[7]))
 
 
-def counts(reply: str) -> tuple[int, int]:
-    """A delivery's receive count and stream sequence: what every received message needs, parsed
-    as ``delivery`` does without building the rest (a get pays it once a message)."""
-    tokens = reply.split(".")
-    if len(tokens) > 9:
-        return int(tokens[6]), int(tokens[7])
-    return int(tokens[4]), int(tokens[5])
+#: a delivery's receive count and stream sequence (a get pays it once a message)
+counts = delivery_counts
 
 
 class Ack(NamedTuple):

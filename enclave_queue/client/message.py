@@ -82,7 +82,7 @@ class Message:
 
     __slots__ = ("_session", "_settings", "data", "headers", "_reply", "receive_count", "sequence", "id",
                  "attempts", "last_error", "_lease_end", "_server_lease", "_keeper", "_settled", "_lease_ran_out",
-                 "_window")
+                 "_window", "_last")
 
     def __init__(self, session: Session, settings: Settings, msg: Msg, consumer: Optional[dict[str, Any]] = None) -> None:
         """``consumer``: the queue's consumer settings (``Settings.consumer``), which say how long the
@@ -99,6 +99,8 @@ class Message:
         self.last_error: Optional[str] = None  #: the last error a worker reported for it (nack or reject)
         #: how long the broker holds this receive: the retry schedule's entry for it, else ack_wait
         self._server_lease = 0.0
+        #: the last receive the broker allows: handed back, the message is dead at once
+        self._last = consumer is not None and envelope.last_receive(self.receive_count, consumer["max_deliver"])
         if consumer is not None:
             backoff = consumer["backoff"]
             self._server_lease = scheduled_delay(self.receive_count, backoff) if backoff else consumer["ack_wait"]
@@ -168,7 +170,8 @@ class Message:
                     await self._confirm(b"+WPI", leased=False)
             if not self._settled:
                 self._settled = self._lease_ran_out = True
-                await self._confirm(b"-NAK", leased=False)
+                await self._confirm(await self._hand_back_nak(0.0), leased=False)
+                await self._tell_if_dead()
 
     def _check_lease(self, verb: str) -> None:
         """Conflict if the message cannot be ``verb`` any more: its lease expired (it ran out, or its
@@ -218,11 +221,28 @@ class Message:
         self._check_lease("nacked")
         if error:
             await self._session.note_error(self.id, error)
+        payload = await self._hand_back_nak(delay_s)
+        self._settle()
+        await self._confirm(payload, verb="nacked")
+        await self._tell_if_dead()
+
+    async def _hand_back_nak(self, delay_s: Optional[float]) -> bytes:
+        """The ``-NAK`` that hands this receive back for ``delay_s`` seconds (None: the queue's retry
+        schedule's). On the last receive the message will not come back: it is held DEAD_GRACE
+        seconds, so only a lost word to the mover (``_tell_if_dead``) leaves it to the advisory."""
         backoff = await self._settings.backoff()
         if delay_s is None:
             delay_s = scheduled_delay(self.receive_count, backoff)
-        self._settle()
-        await self._confirm(envelope.nak_payload(delay_s, self.receive_count, backoff), verb="nacked")
+        if self._last:
+            delay_s = max(delay_s, envelope.DEAD_GRACE)
+        return envelope.nak_payload(delay_s, self.receive_count, backoff)
+
+    async def _tell_if_dead(self) -> None:
+        """Handed back on its last receive, the message will not be delivered again: the
+        dead-letter mover is told now, rather than wait for the broker's advisory, which comes
+        only once a pull is waiting and then through a stream of its own."""
+        if self._last:
+            await self._session.tell_dead(self.sequence, self.receive_count)
 
     async def release(self, delay_s: float = 0.0) -> None:
         """Give the message back without spending an attempt (it was not tried: shutting down,

@@ -29,8 +29,10 @@ What each verb does on the broker (JetStream):
 - ``Message.nack(delay=, error=)`` hands the message back now or after ``delay`` seconds
   (``-NAK``); without a delay, the queue's ``retry_backoff_seconds`` schedule decides (JetStream
   applies its backoff only to timeouts, so the SDK applies it to nacks). It counts as a receive;
-  after the last one the message is dead-lettered. ``error`` is kept (a note the broker stores
-  for the control plane) and travels with the dead letter as its last error.
+  after the last one the message is dead-lettered: the SDK tells the control plane's mover at
+  once (a publish to the reject subject, not waited for) rather than wait for the broker's
+  advisory. ``error`` is kept (a note the broker stores for the control plane) and travels with
+  the dead letter as its last error.
 - ``Message.reject(error=)`` dead-letters the message now: the control plane copies it to the
   dead-letter queue, then deletes it (a ``+TERM`` would delete it first and lose it).
 - ``Message.extend()`` resets the lease's clock (``+WPI``, "work in progress").

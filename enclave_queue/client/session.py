@@ -347,6 +347,15 @@ class Session:
             raise EnclaveError(f"The message was not rejected: {answer['error']}")
         return str(answer["result"])
 
+    async def tell_dead(self, sequence: int, receive_count: int) -> None:
+        """Tell the control plane that a message was handed back on its last receive, so it moves it
+        to the dead-letter queue now. Not answered nor waited for: should the word be lost, the
+        broker's advisory has the message moved (``envelope.DEAD_GRACE``)."""
+        if self.closed:
+            return
+        with contextlib.suppress(nats.errors.Error, OSError):  # buffered while reconnecting; lost if closed
+            await self.nc.publish(REJECT_SUBJECT, envelope.dead_word(sequence, receive_count, self.subject))
+
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def close(self) -> None:

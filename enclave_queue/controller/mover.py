@@ -3,8 +3,12 @@ dead-letter queue, exactly once, carrying where it came from and why it failed.
 
 How nats-server 2.15 behaves (DESIGN.md): after ``max_deliver`` receives it stops delivering a
 message, keeps it in the stream, and emits a MAX_DELIVERIES advisory — lazily, only while a pull
-request is waiting. So there are two ways in:
+request is waiting. So there are three ways in:
 
+- **the word** of whoever handed a message back on its last receive (the SDK, the API, the SQS
+  endpoint: ``envelope.dead_word`` on the queue's reject subject, with no reply to answer). It
+  handed the message back for ``envelope.DEAD_GRACE``, so the move comes first and no advisory is
+  written; a lost word leaves the message to its advisory after that;
 - **advisories**, imported from every queue account and kept in the ``ENCLAVE_ADVISORIES``
   stream, so none is lost while the mover is down; a durable consumer works through them;
 - **the sweep**, every ``sweep_seconds``, for messages whose advisory never came (no pull was
@@ -159,7 +163,7 @@ class _Copied:
     nor deleted from its queue."""
 
     record: QueueRecord
-    how: str  #: the way in: 'advisory', 'sweep', 'reject'
+    how: str  #: the way in: 'advisory', 'sweep', 'reject', 'nack'
     letters: list[Stored] = field(default_factory=list)  #: the batch's messages still on the queue
     outcomes: dict[int, Outcome] = field(default_factory=dict)  #: those settled already: gone, or failed
     noted: list[int] = field(default_factory=list)  #: the message ids whose notes to drop once deleted
@@ -204,6 +208,8 @@ class Mover:
         self._counters: dict[str, tuple[QueueCounters, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._running: set[asyncio.Task[Any]] = set()
+        #: per queue id, the dead letters its apps told of (``Session.tell_dead``) waiting for its record
+        self._told: dict[str, list[Dead]] = {}
         self._sub: Any = None
         self._advisory_sub: Any = None
 
@@ -257,7 +263,7 @@ class Mover:
         return await self._submit(record, Dead(seq, receive_count, error), "reject")
 
     def _submit(self, record: QueueRecord, dead: Dead, how: str) -> asyncio.Future[str]:
-        """Queue ``dead`` for the next batch of its queue (``how`` it came: 'advisory', 'reject');
+        """Queue ``dead`` for the next batch of its queue (``how`` it came: 'advisory', 'reject', 'nack');
         the future of its outcome."""
         key = (record.id, how)
         waiting = self._waiting.get(key)
@@ -628,7 +634,49 @@ class Mover:
         return count, True
 
     async def _on_reject(self, request: Msg) -> None:
-        self._spawn(self._reject(request), "deadletters-reject")
+        if request.reply:
+            self._spawn(self._reject(request), "deadletters-reject")
+        else:  # nobody waits for an answer: an app telling of a message handed back on its last receive
+            self._tell(request)
+
+    def _tell(self, told: Msg) -> None:
+        """A dead letter an app told of: its queue's record is read once for all told meanwhile,
+        then they go to the queue's batch. Nothing is answered; what is not moved now (a body that
+        does not parse, the queue gone, the DLQ refusing it) is left to the advisory and the sweep."""
+        queue_id = told.subject.split(".")[1]
+        try:
+            body = json.loads(told.data)
+            dead = Dead(int(body["seq"]), int(body["receive_count"]))
+            subject = str(body.get("subject", ""))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            log.debug("a dead letter told by queue %s was not understood; left to the advisory", queue_id)
+            return
+        if queue_id in self._told:
+            if len(self._told[queue_id]) < IN_FLIGHT:  # past that, a flood: the advisories still come
+                self._told[queue_id].append(dead)
+            return
+        self._told[queue_id] = [dead]
+        self._spawn(self._move_told(queue_id, ".".join(subject.split(".")[1:3]) or None),
+                    f"deadletters-told:{queue_id}")
+
+    async def _move_told(self, queue_id: str, key: Optional[str]) -> None:
+        try:
+            record = await self.index.record_of(queue_id, key)
+        except Exception as exc:
+            record = None
+            log.info("dead letters told by queue %s not moved yet (the advisory will come): %s", queue_id, exc)
+        told = self._told.pop(queue_id)
+        if record is None or record.deleting:
+            return
+        # a word about a receive the queue's limit does not make the last (it was raised since the
+        # app read it, or the word is wrong) moves nothing: the broker delivers the message again
+        limit = record.spec.max_receives or 0
+        told = [dead for dead in told if 0 < limit <= (dead.receive_count or 0)]
+        outcomes = await asyncio.gather(*(self._submit(record, dead, "nack") for dead in told), return_exceptions=True)
+        for dead, outcome in zip(told, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.info("dead letter %d of queue %s not moved yet (the advisory will come): %s",
+                         dead.seq, record.key, outcome)
 
     async def _reject(self, request: Msg) -> None:
         queue_id = request.subject.split(".")[1]

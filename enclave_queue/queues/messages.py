@@ -25,12 +25,16 @@ from nats.nuid import NUID
 from ..auth.secrets import MasterKey, SealError
 from ..broker.connection import BrokerConnection, delete_message, publish_into, stored_seq
 from ..envelope import (
+    DEAD_GRACE,
     DELAY_RULE,
     body_view,
     check_delay,
+    dead_word,
     deadline_of,
     delay_subject,
     delay_subjects,
+    delivery_counts,
+    last_receive,
     message_id,
     nak_payload,
     prior_attempts,
@@ -40,7 +44,7 @@ from ..envelope import (
     schedule_headers,
 )
 from ..errors import BrokerUnavailable, Conflict, MessageTooLarge, NotFound, SpecError, field_error, out_of_range
-from ..names import CONSUMER, lane_consumer, notes_subject, stream_name
+from ..names import CONSUMER, lane_consumer, notes_subject, reject_subject, stream_name
 from ..retry import UNAVAILABLE, retry_unavailable
 from ..spec import (
     MAX_NACK_DELAY,
@@ -88,6 +92,15 @@ async def settle(conn: BrokerConnection, record: QueueRecord, reply: str, payloa
             await retry_unavailable(lambda: nc.request(reply, payload, timeout=SEND_TIMEOUT))
     except (nats.errors.TimeoutError, *UNAVAILABLE) as exc:
         raise BrokerUnavailable(f"The broker did not confirm the {verb} on queue '{record.spec.name}'.") from exc
+
+async def tell_mover(conn: BrokerConnection, record: QueueRecord, reply: str) -> None:
+    """Tell the dead-letter mover that the delivery of ``reply`` was handed back on its last
+    receive, so it moves the message now (best effort: else the broker's advisory has it moved)."""
+    receive_count, sequence = delivery_counts(reply)
+    with contextlib.suppress(nats.errors.Error, OSError):
+        await conn.control.publish(reject_subject(record.id),
+                                   dead_word(sequence, receive_count, subject_for(record.spec.project, record.spec.name)))
+
 
 class Messages:
     """A queue's messages by hand, for the API and the console."""
@@ -322,5 +335,11 @@ class Messages:
             raise out_of_range("delay", NACK_DELAY_RULE, repr(delay))
         record = await self.lookup.live(project, name)
         sealed = self._unseal_receipt(record, receipt)
-        payload = nak_payload(delay, sealed.get("n", 1), list(record.spec.retry_backoff_seconds or []))
+        receive_count = sealed.get("n", 1)
+        last = last_receive(receive_count, record.spec.max_receives)
+        if last:  # not delivered again: the mover is told below (messages held DEAD_GRACE: envelope.py)
+            delay = max(delay, DEAD_GRACE)
+        payload = nak_payload(delay, receive_count, list(record.spec.retry_backoff_seconds or []))
         await settle(self.conn, record, sealed["r"], payload, "nack")
+        if last:
+            await tell_mover(self.conn, record, sealed["r"])

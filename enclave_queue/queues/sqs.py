@@ -28,7 +28,7 @@ import nats.errors
 
 from ..auth.secrets import MasterKey, SealError
 from ..broker.connection import BrokerConnection
-from ..envelope import ENQUEUED_AT, deadline_of, delay_subjects, nak_payload, parse_time
+from ..envelope import DEAD_GRACE, ENQUEUED_AT, deadline_of, delay_subjects, last_receive, nak_payload, parse_time
 from ..errors import BrokerUnavailable, Conflict, SpecError
 from ..names import CONSUMER, stream_name
 from ..retry import UNAVAILABLE, retry_unavailable
@@ -37,7 +37,7 @@ from ..state.kv import Store
 from ..state.records import QueueRecord
 from .expiry import drop_expired
 from .lookup import not_ready
-from .messages import Messages, settle
+from .messages import Messages, settle, tell_mover
 
 RECEIPT_PURPOSE = "sqs-receipt"
 PULL_SECONDS = 2.0  #: seconds one pull waits at most (a restarted broker forgets a pending pull)
@@ -197,7 +197,12 @@ class SqsMessages:
         if until is None or now > until:
             raise NotInFlight(f"The message of this receipt handle is not in flight on queue '{record.spec.name}': "
                               "its visibility timeout has ended (it may have been received again).")
-        await settle(self.conn, record, sealed["r"], self._nak(record, timeout, sealed["n"]), "visibility change")
+        # visible again at once after its last receive: dead now, so the mover is told (messages.py)
+        dead = timeout == 0 and last_receive(sealed["n"], record.spec.max_receives)
+        await settle(self.conn, record, sealed["r"], self._nak(record, DEAD_GRACE if dead else timeout, sealed["n"]),
+                     "visibility change")
+        if dead:
+            await tell_mover(self.conn, record, sealed["r"])
         known = self._leases.get((record.id, sealed["s"]))
         self._remember(record.id, sealed["s"], Lease(sealed["n"], now + timeout - LEASE_MARGIN,
                                                      known.first_received if known else None))

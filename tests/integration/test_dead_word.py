@@ -1,0 +1,168 @@
+"""A message handed back on its last receive is moved to its DLQ at once, on the word of whoever
+handed it back (the SDK's nack and lease keeper, the API's nack, the SQS endpoint's visibility
+change to 0), not on the broker's advisory: on this module's stack the sweep never runs and the
+advisories are held back from the mover, so the word is the only way in. Without the word (lost,
+or an app on a plain NATS client), the advisory still moves it; a word the mover cannot use moves
+nothing and breaks nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import boto3
+import nats
+import pytest
+
+from enclave_queue import envelope
+from enclave_queue.client import connect
+from enclave_queue.client.session import Session
+from enclave_queue.names import REJECT_SUBJECT
+from enclave_queue.testing import EnclaveStack
+from tests.helpers import eventually, make_queue
+from tests.integration.test_deadletters import advisories_handled, advisories_held, drain, letters, mover_backlog
+from tests.sqs.conftest import CONFIG, REGION, create_key, revoke_key
+
+
+@pytest.fixture(scope="module")
+def quiet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnclaveStack]:
+    """A stack whose sweep does not run within the module."""
+    running = EnclaveStack.start(tmp_path_factory.mktemp("dead-word"), {"ENCLAVE_SWEEP_SECONDS": "86400"})
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def source_and_dlq(stack: EnclaveStack, name: str, **settings: object) -> tuple[dict[str, str], dict[str, str]]:
+    dlq = make_queue(stack, f"{name}-dlq")
+    settings = {"max_receives": 2, "visibility_timeout_seconds": 30, **settings}
+    return make_queue(stack, name, dead_letter_queue=f"{name}-dlq", **settings), dlq
+
+
+def dead_lettered(stack: EnclaveStack, name: str) -> int:
+    with stack.admin() as admin:
+        return admin.queue_status("default", name)["dead_lettered"]
+
+
+async def test_a_nack_of_the_last_receive_moves_the_message_at_once(quiet_stack, unique_name):
+    creds, dlq = source_and_dlq(quiet_stack, unique_name)
+    async with connect(creds) as queue:
+        await queue.send_batch(["poison", "fine"])
+        async with advisories_held(quiet_stack):
+            (first, second) = await queue.receive(batch=2, wait=3)
+            await first.nack(error="try 1")  # not its last receive: it comes back
+            await second.ack()
+            (again,) = await queue.receive(wait=3)
+            assert (again.body, again.receive_count, again.last_error) == ("poison", 2, "try 1")
+            await again.nack(error="try 2")
+            (letter,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=10)
+    assert (letter["body"], letter["receive_count"], letter["last_error"]) == ("poison", 2, "try 2")
+    await advisories_handled(quiet_stack)
+    assert await drain(creds) == []
+    assert [m["body"] for m in letters(quiet_stack, f"{unique_name}-dlq")] == ["poison"]
+    assert dead_lettered(quiet_stack, unique_name) == 1
+    assert await drain(dlq) == ["poison"]
+
+
+async def test_a_lease_of_the_last_receive_run_out_in_the_sdk_moves_the_message(quiet_stack, unique_name):
+    """``lease_s`` shorter than the broker's: the SDK's lease keeper hands the message back at its
+    end, and tells the mover as a nack does."""
+    creds, _ = source_and_dlq(quiet_stack, unique_name, max_receives=1)
+    async with connect(creds) as queue:
+        await queue.send("slow")
+        async with advisories_held(quiet_stack):
+            assert len(await queue.receive(wait=3, lease_s=1)) == 1
+            (letter,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=10)
+    assert (letter["body"], letter["receive_count"]) == ("slow", 1)
+
+
+async def test_without_the_word_the_advisory_moves_it(quiet_stack, unique_name, monkeypatch):
+    """The word lost on the way: the message was handed back for DEAD_GRACE seconds, and the
+    broker's advisory has it moved after that, as for an app on any other NATS client."""
+    async def lost(self, sequence, receive_count):
+        return None
+
+    monkeypatch.setattr(Session, "tell_dead", lost)
+    monkeypatch.setattr(envelope, "DEAD_GRACE", 1.0)
+    creds, _ = source_and_dlq(quiet_stack, unique_name, max_receives=1)
+    stored_before = (await mover_backlog(quiet_stack))[0]
+    async with connect(creds) as queue:
+        await queue.send("unheard")
+        (message,) = await queue.receive(wait=3)
+        await message.nack()
+        assert await queue.receive(wait=3) == []  # a pull waits past the grace: the broker retires it
+    (letter,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=10)
+    assert letter["body"] == "unheard"
+    assert (await mover_backlog(quiet_stack))[0] == stored_before + 1  # the advisory was the way in
+    await advisories_handled(quiet_stack)
+
+
+async def test_the_api_nack_of_the_last_receive_moves_the_message(quiet_stack, unique_name):
+    source_and_dlq(quiet_stack, unique_name, max_receives=1)
+    with quiet_stack.admin() as admin:
+        admin.send("default", unique_name, "by hand")
+        async with advisories_held(quiet_stack):
+            (taken,) = admin.receive("default", unique_name, wait=3)
+            admin.nack_message("default", unique_name, taken["receipt"])
+            (letter,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=10)
+    assert (letter["body"], letter["receive_count"]) == ("by hand", 1)
+
+
+async def test_an_sqs_visibility_change_to_0_on_the_last_receive_moves_the_message(quiet_stack, unique_name):
+    source_and_dlq(quiet_stack, unique_name, max_receives=1)
+    key = create_key(quiet_stack)
+    try:
+        sqs = boto3.client("sqs", endpoint_url=quiet_stack.api_url + "/sqs", region_name=REGION,
+                           aws_access_key_id=key["access_key_id"], aws_secret_access_key=key["secret_access_key"],
+                           config=CONFIG)
+        url = f"{quiet_stack.api_url}/sqs/default/{unique_name}"
+        sqs.send_message(QueueUrl=url, MessageBody="via sqs")
+        async with advisories_held(quiet_stack):
+            (taken,) = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=3)["Messages"]
+            sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=taken["ReceiptHandle"], VisibilityTimeout=0)
+            (letter,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=10)
+    finally:
+        revoke_key(quiet_stack, key["access_key_id"])
+    assert (letter["body"], letter["receive_count"]) == ("via sqs", 1)
+
+
+async def raw(creds: dict[str, str]) -> nats.NATS:
+    """The queue's own user on a plain nats-py connection."""
+    return await nats.connect(creds["broker_url"], user=creds["username"], password=creds["password"],
+                              inbox_prefix=creds["inbox_prefix"], allow_reconnect=False)
+
+
+async def test_words_the_mover_cannot_use_move_nothing_and_break_nothing(quiet_stack, unique_name):
+    """Hostile or broken words from an app's own user: not JSON, the wrong shapes, a sequence its
+    queue does not hold, one naming a sequence another queue does hold (the word reaches the
+    mover under the sender's own queue, whatever it says), and one about a receive that is not
+    the last its queue allows. Then a real nack still moves."""
+    creds, _ = source_and_dlq(quiet_stack, unique_name, max_receives=1)
+    other_creds, _ = source_and_dlq(quiet_stack, f"{unique_name}-b", max_receives=1)
+    async with connect(other_creds) as other:
+        other_seq = await other.send("someone else's")
+        await other.send("and another")
+    async with connect(creds) as queue:
+        mine = await queue.send("mine")
+    nc = await raw(creds)
+    try:
+        for word in (b"not json", b"[]", b"{}", b'{"seq": "x", "receive_count": 1}', b'{"seq": 1}',
+                     json.dumps({"seq": 10**9, "receive_count": 1, "exhausted": True}).encode(),
+                     json.dumps({"seq": other_seq + 1, "receive_count": 1, "exhausted": True,
+                                 "subject": other_creds["subject"]}).encode(),
+                     json.dumps({"seq": mine, "receive_count": 0, "exhausted": True}).encode(),  # not its last
+                     b"\xff" * 4096):
+            await nc.publish(REJECT_SUBJECT, word)
+        await nc.flush()
+    finally:
+        await nc.close()
+    async with connect(other_creds) as other:
+        assert sorted(m.body for m in await other.peek()) == ["and another", "someone else's"]
+    assert letters(quiet_stack, f"{unique_name}-b-dlq") == []
+    async with connect(creds) as queue:
+        (message,) = await queue.receive(wait=3)
+        await message.nack()
+    (letter,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=10)
+    assert letter["body"] == "mine"
+    await advisories_handled(quiet_stack)
