@@ -93,6 +93,7 @@ async def settle(conn: BrokerConnection, record: QueueRecord, reply: str, payloa
     except (nats.errors.TimeoutError, *UNAVAILABLE) as exc:
         raise BrokerUnavailable(f"The broker did not confirm the {verb} on queue '{record.spec.name}'.") from exc
 
+
 async def tell_mover(conn: BrokerConnection, record: QueueRecord, reply: str) -> None:
     """Tell the dead-letter mover that the delivery of ``reply`` was handed back on its last
     receive, so it moves the message now (best effort: else the broker's advisory has it moved)."""
