@@ -72,8 +72,9 @@ NAME = "deadletters"
 #: the mover's line for each batch it moved (controller/mover.py), naming the way in
 MOVED_LINE = re.compile(r"messages ([\d,]+) of queue \S+?\.(\S+) (?:moved to|discarded).*\((advisory|sweep|reject|nack)\)")
 PATHS = ("nack", "advisory", "sweep")
-#: the failing worker's kinds: the SDK's (its nack tells the mover), a plain NATS client's with a
-#: pull always waiting (the broker's advisory tells it), and one that pulls no more (the sweep)
+#: the failing workers' kinds: with a pull always waiting, the SDK's (its nack tells the mover) and a
+#: plain NATS client's (the broker's advisory does); pulling no more, the SDK's (its word) and a plain
+#: client's (the sweep's probe)
 FAILING = ("busy", "raw", "idle", "idle-raw")
 RAW_KINDS = ("raw", "idle-raw")
 CONNECTING = 8  #: app connections opened at the same time before a phase
@@ -224,12 +225,12 @@ async def _redelivering_worker(one: Any, two: Any, samples: int, got: list[Sampl
 
 async def _phase(kind: str, pairs: list[tuple[dict[str, str], dict[str, str]]], samples: int,
                  got: list[Sample], gap: float = GAP) -> None:
-    """Every queue at once: failing its messages into the DLQ with a pull waiting ('busy') or
-    none ('idle'), or (the baseline) the DLQs, empty again, as plain queues with no receive limit,
+    """Every queue at once: failing its messages into the DLQ with a pull waiting ('busy', 'raw')
+    or none ('idle', 'idle-raw'), the SDK's worker or a plain NATS client's, or (the baseline) the DLQs, empty again, as plain queues with no receive limit,
     redelivering theirs. Two connections a queue either way, opened (a few at a time: hundreds
     of app connects at once overrun the auth callout) before any message is sent."""
-    worker = {"busy": _failing_worker, "raw": _failing_worker, "idle": _idle_failing_worker,
-              "idle-raw": _idle_failing_worker}.get(kind, _redelivering_worker)
+    worker = (_redelivering_worker if kind not in FAILING
+              else _idle_failing_worker if kind.startswith("idle") else _failing_worker)
     async with contextlib.AsyncExitStack() as opened:
         gate = asyncio.Semaphore(CONNECTING)
 

@@ -29,7 +29,6 @@ from typing import NamedTuple, Optional
 
 from nats.aio.msg import Msg
 
-from ..envelope import delivery_counts
 from ..errors import BrokerUnavailable, Conflict, EnclaveError
 from .session import DEFAULT_TIMEOUT, RESEND_AFTER, Backoff, Session, unavailable
 
@@ -55,10 +54,6 @@ def delivery(reply: str) -> Delivery:
     if len(tokens) > 9:
         tokens = tokens[:2] + tokens[4:]
     return Delivery(tokens[2], tokens[3], int(tokens[4]), int(tokens[5]), int(tokens[7]))
-
-
-#: a delivery's receive count and stream sequence (a get pays it once a message)
-counts = delivery_counts
 
 
 class Ack(NamedTuple):

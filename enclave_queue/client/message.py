@@ -93,7 +93,7 @@ class Message:
         self.headers: dict[str, str] = msg.headers or {}
         self._reply: str = msg.reply
         #: receives of this copy, this one included; this copy's position in the queue's stream
-        self.receive_count, self.sequence = acks.counts(msg.reply)
+        self.receive_count, self.sequence = envelope.delivery_counts(msg.reply)
         self.id: int = envelope.message_id(self.headers, self.sequence)
         self.attempts: int = envelope.prior_attempts(self.headers) + self.receive_count
         self.last_error: Optional[str] = None  #: the last error a worker reported for it (nack or reject)
@@ -230,6 +230,8 @@ class Message:
         """The ``-NAK`` that hands this receive back for ``delay_s`` seconds (None: the queue's retry
         schedule's). On the last receive the message will not come back: it is held DEAD_GRACE
         seconds, so only a lost word to the mover (``_tell_if_dead``) leaves it to the advisory."""
+        if delay_s == 0 and not self._last:
+            return b"-NAK"  # at once: no schedule to compensate for
         backoff = await self._settings.backoff()
         if delay_s is None:
             delay_s = scheduled_delay(self.receive_count, backoff)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-import boto3
 import nats
 import pytest
 
@@ -21,7 +20,7 @@ from enclave_queue.names import REJECT_SUBJECT
 from enclave_queue.testing import EnclaveStack
 from tests.helpers import eventually, make_queue
 from tests.integration.test_deadletters import advisories_handled, advisories_held, drain, letters, mover_backlog
-from tests.sqs.conftest import CONFIG, REGION, create_key, revoke_key
+from tests.sqs.conftest import boto_client, create_key, revoke_key
 
 
 @pytest.fixture(scope="module")
@@ -113,9 +112,7 @@ async def test_an_sqs_visibility_change_to_0_on_the_last_receive_moves_the_messa
     source_and_dlq(quiet_stack, unique_name, max_receives=1)
     key = create_key(quiet_stack)
     try:
-        sqs = boto3.client("sqs", endpoint_url=quiet_stack.api_url + "/sqs", region_name=REGION,
-                           aws_access_key_id=key["access_key_id"], aws_secret_access_key=key["secret_access_key"],
-                           config=CONFIG)
+        sqs = boto_client(quiet_stack.api_url + "/sqs", key["access_key_id"], key["secret_access_key"])
         url = f"{quiet_stack.api_url}/sqs/default/{unique_name}"
         sqs.send_message(QueueUrl=url, MessageBody="via sqs")
         async with advisories_held(quiet_stack):

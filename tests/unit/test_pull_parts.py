@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from enclave_queue import envelope
 from enclave_queue.client import acks, pulls
 
 #: the same delivery in the reply subject's two forms (v2: a domain and an account hash after ACK)
@@ -15,7 +16,7 @@ REPLIES = ["$JS.ACK.QSTREAM.worker.3.12345.777.1733464000000000000.0",
 def test_counts_reads_what_delivery_reads(reply):
     delivered = acks.delivery(reply)
     assert (delivered.stream, delivered.consumer, delivered.sent_ns) == ("QSTREAM", "worker", 1733464000000000000)
-    assert acks.counts(reply) == (delivered.receive_count, delivered.sequence) == (3, 12345)
+    assert envelope.delivery_counts(reply) == (delivered.receive_count, delivered.sequence) == (3, 12345)
 
 
 @pytest.mark.parametrize(("batch", "expires", "body"), [
