@@ -23,6 +23,7 @@ RETRY_WINDOW = 3.0  #: seconds to keep retrying a request that found no responde
 
 #: what a request into an account that is being reloaded looks like
 UNAVAILABLE = (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)
+NO_PEERS = 10005  #: JetStream's err_code for "no suitable peers for placement"
 
 
 async def retry_unavailable(call: Callable[[], Awaitable[T]], window: float = RETRY_WINDOW) -> T:
@@ -32,8 +33,10 @@ async def retry_unavailable(call: Callable[[], Awaitable[T]], window: float = RE
     while True:
         try:
             return await call()
-        except UNAVAILABLE:
-            if time.monotonic() + delay > deadline:
+        except (*UNAVAILABLE, nats.js.errors.BadRequestError) as exc:
+            # a cluster still forming has no peers to place a stream on yet (10005): as unavailable
+            if (isinstance(exc, nats.js.errors.BadRequestError) and exc.err_code != NO_PEERS) \
+                    or time.monotonic() + delay > deadline:
                 raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
