@@ -34,8 +34,10 @@ async def retry_unavailable(call: Callable[[], Awaitable[T]], window: float = RE
         try:
             return await call()
         except (*UNAVAILABLE, nats.js.errors.BadRequestError) as exc:
-            # a cluster still forming has no peers to place a stream on yet (10005): as unavailable
-            if (isinstance(exc, nats.js.errors.BadRequestError) and exc.err_code != NO_PEERS) \
+            # a cluster still forming has no peers to place a stream on yet (10005): as unavailable.
+            # Some BadRequestError subclasses (KeyWrongLastSequenceError) never set err_code.
+            if (isinstance(exc, nats.js.errors.BadRequestError)
+                    and getattr(exc, "err_code", None) != NO_PEERS) \
                     or time.monotonic() + delay > deadline:
                 raise
             await asyncio.sleep(delay)
