@@ -21,6 +21,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -33,6 +34,7 @@ from typing import Any, Optional
 
 import nats
 
+from enclave_queue.settings import EnclaveSettings
 from enclave_queue.testing import START_TIMEOUT, STOP_TIMEOUT, EnclaveStack, NatsServer
 
 ROOT = Path(__file__).resolve().parent
@@ -44,12 +46,21 @@ BODY = b"x" * 256  #: every benchmark message: 256 bytes
 #: the product's default resync period (the test harness uses 1 s, which would make thousands of
 #: queues reconcile every second and turn the create benchmark into a resync benchmark)
 STACK_ENV = {"ENCLAVE_RESYNC_SECONDS": "30", "ENCLAVE_LOG_LEVEL": "warning"}
+_DEFAULTS = EnclaveSettings.from_env({})
+#: the product's periods for the periodic work that grows with the queues: the test harness sweeps
+#: for dead letters and samples every queue's depth every second, which costs a stack of a hundred
+#: queues or more a share of a core (and of the broker's) that a default stack does not pay
+PRODUCT_PERIODS = {"ENCLAVE_SWEEP_SECONDS": f"{_DEFAULTS.sweep_seconds:g}",
+                   "ENCLAVE_SAMPLE_SECONDS": f"{_DEFAULTS.sample_seconds:g}"}
 
 #: PIDs of every broker the benchmarks started; checked at the end of a run
 STARTED_BROKERS: list[int] = []
 #: how long each stack took to start and to stop (stopping is part of the product too)
 STACK_TIMES: list[dict[str, Any]] = []
 SLOW_STOP = 5.0  #: seconds; a slower stop keeps the end of the stack's log in the results
+#: what the run has running now (stacks and plain servers, with their temporary directories), for
+#: a run killed with SIGTERM to stop
+RUNNING: dict[int, tuple[Any, Optional[Path]]] = {}
 
 
 # -- results ----------------------------------------------------------------------------------------
@@ -234,9 +245,11 @@ def enclave_stack(env: Optional[dict[str, str]] = None, home: Optional[Path] = N
     times: dict[str, Any] = {"env": env or {}, "start_s": round(time.perf_counter() - started, 2)}
     if stack.broker_pid:
         STARTED_BROKERS.append(stack.broker_pid)
+    RUNNING[id(stack)] = (stack, tmp)
     try:
         yield stack
     finally:
+        del RUNNING[id(stack)]
         stopping = time.perf_counter()
         times["exit_code"] = stack.stop(stop_timeout)
         times["stop_s"] = round(time.perf_counter() - stopping, 2)
@@ -259,9 +272,11 @@ def plain_nats(sync: str = "always", config: str = "") -> Iterator[NatsServer]:
     extra = f'jetstream {{ store_dir: "{store / "js"}", sync_interval: always }}' if sync == "always" else ""
     server = NatsServer.start(store, config=f"{extra}\n{config}")
     STARTED_BROKERS.append(server.pid)
+    RUNNING[id(server)] = (server, tmp)
     try:
         yield server
     finally:
+        del RUNNING[id(server)]
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -482,7 +497,19 @@ def checked_percentile(values: list[float], q: float) -> Optional[float]:
 Options = Callable[[argparse.ArgumentParser], None]
 
 
+def _stop_on_term(signum: int, frame: Any) -> None:
+    """A run killed with SIGTERM stops what it started and removes their directories, then exits at
+    once (unwinding could wait for ever on a task a killed worker process left behind)."""
+    for started, tmp in list(RUNNING.values()):
+        with contextlib.suppress(Exception):
+            started.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    os._exit(128 + signum)
+
+
 def parse_args(description: str, options: Optional[Options] = None) -> argparse.Namespace:
+    signal.signal(signal.SIGTERM, _stop_on_term)
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="smaller counts: a smoke run, not numbers to quote")
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results/")

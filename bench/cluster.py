@@ -33,7 +33,19 @@ from typing import Any
 from enclave_queue.client import connect
 from enclave_queue.testing import EnclaveCluster
 
-from . import BODY, Report, checked_percentile, enclave_stack, main, median, paired, round_order, say, spread
+from . import (
+    BODY,
+    PRODUCT_PERIODS,
+    Report,
+    checked_percentile,
+    enclave_stack,
+    main,
+    median,
+    paired,
+    round_order,
+    say,
+    spread,
+)
 from . import wait_ready as wait_until_ready
 
 NAME = "cluster"
@@ -41,7 +53,6 @@ BATCH = 1000  #: messages per send_batch round (its most)
 SAMPLES = 500  #: end-to-end latency samples per side (enough for a p99)
 FILL = 1000  #: queues on the cluster when creates are timed
 CREATES = 50  #: creates timed per side
-ENV = {"ENCLAVE_SAMPLE_SECONDS": "60", "ENCLAVE_SWEEP_SECONDS": "15"}
 
 
 def options(parser: argparse.ArgumentParser) -> None:
@@ -150,7 +161,7 @@ def run(quick: bool, fill_count: Any = None, **_: Any) -> list[Report]:
     root = Path(tempfile.mkdtemp(prefix="enclave-bench-cluster-"))
     try:
         say("cluster: three nodes")
-        cluster = EnclaveCluster.start(root / "nodes", env=ENV)
+        cluster = EnclaveCluster.start(root / "nodes", env=PRODUCT_PERIODS)
         try:
             a, b, _ = (cluster.nodes[n] for n in cluster.names)
             r3, r1 = make(a, "three", replicas=3), make(b, "one", replicas=1)
@@ -168,7 +179,7 @@ def run(quick: bool, fill_count: Any = None, **_: Any) -> list[Report]:
         finally:
             cluster.stop()
         say("single node (ENCLAVE_SYNC=always): throughput and creates")
-        with enclave_stack(ENV) as stack:
+        with enclave_stack(PRODUCT_PERIODS) as stack:
             one = make(stack, "single")
             single_rates = [asyncio.run(throughput(one, batch)) for _ in range(rounds)]
             fill(stack, queues)

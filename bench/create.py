@@ -55,6 +55,7 @@ from enclave_queue.spec import QueueSpec
 from enclave_queue.testing import EnclaveStack
 
 from . import (
+    PRODUCT_PERIODS,
     PROJECT,
     Report,
     cpu_seconds,
@@ -77,9 +78,6 @@ CONCURRENCY = 48  #: creates in flight at once, in fills and bursts
 WAIT_TIMEOUT = 120.0  #: seconds a create may take to be Ready before it counts as failed
 SETTLE_TIMEOUT = 120.0  #: seconds a stack is given to go idle before the next measurement
 ENCLAVE_CLI = str(Path(sys.executable).with_name("enclave"))  #: the console script next to this Python
-#: the product's defaults for the periodic work that grows with the queues (the test harness
-#: samples every queue's depth and sweeps every second)
-CREATE_ENV = {"ENCLAVE_SAMPLE_SECONDS": "60", "ENCLAVE_SWEEP_SECONDS": "15"}
 GOAL_LEVEL, P50_GOAL, P99_GOAL = 3000, 50, 250  #: queues, ms, ms
 RSS_GOALS = {1000: 200, 3000: 512}  #: queues created: MiB
 
@@ -523,7 +521,7 @@ def run(quick: bool, samples: Optional[dict[str, Any]] = None, broker_memory: Op
     readings (for bench.memory)."""
     report = Report(NAME, quick)
     p = plan(quick, **given)
-    env = {**CREATE_ENV, **({"ENCLAVE_BROKER_MEMORY": broker_memory} if broker_memory else {})}
+    env = {**PRODUCT_PERIODS, **({"ENCLAVE_BROKER_MEMORY": broker_memory} if broker_memory else {})}
     report.info["plan"] = {**asdict(p), "concurrency": CONCURRENCY, "env": env}
     raw: dict[str, list[float]] = {}
     if p.levels:

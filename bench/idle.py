@@ -28,13 +28,11 @@ from typing import Any
 
 from enclave_queue.client import connect
 
-from . import BODY, Report, cpu_seconds, enclave_stack, main, new_queue, quiet, rss_mib, say
+from . import BODY, PRODUCT_PERIODS, Report, cpu_seconds, enclave_stack, main, new_queue, quiet, rss_mib, say
 
 NAME = "idle"
 LEVELS = (0, 100, 1000)
 QUICK_LEVELS = (0, 100)
-#: the product's defaults for the work that grows with the queues (bench.create's CREATE_ENV)
-IDLE_ENV = {"ENCLAVE_SAMPLE_SECONDS": "60", "ENCLAVE_SWEEP_SECONDS": "15", "ENCLAVE_RESYNC_SECONDS": "30"}
 PROJECT = "idle"
 
 
@@ -93,7 +91,7 @@ def run(quick: bool, levels: tuple[int, ...] | None = None, window: float | None
     levels = levels or (QUICK_LEVELS if quick else LEVELS)
     window = window or (30.0 if quick else 60.0)
     busy = busy or (8.0 if quick else 20.0)
-    env = {**IDLE_ENV, "ENCLAVE_SWEEP_SECONDS": "86400"} if no_sweep else IDLE_ENV
+    env = {**PRODUCT_PERIODS, "ENCLAVE_SWEEP_SECONDS": "86400"} if no_sweep else PRODUCT_PERIODS
     report.info.update({"levels": list(levels), "window_s": window, "busy_s": busy, "env": env,
                         "dead_letters": dead_letters, "sync": "always (default)"})
     readings: dict[int, dict[str, Any]] = {}

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from . import Report, enclave_stack, main, plain_nats, quiet, rss_mib, say, settle
+from . import PRODUCT_PERIODS, Report, enclave_stack, main, plain_nats, quiet, rss_mib, say, settle
 
 NAME = "memory"
 LEVELS = (1000, 3000)
@@ -43,13 +43,13 @@ def options(parser: argparse.ArgumentParser) -> None:
 def measure(levels: tuple[int, ...]) -> dict[str, Any]:
     """Readings of bench.create's shape (``levels``: {level: {enclave: {...}, plain: {...}}}), taken
     on a stack of our own, and the restart."""
-    from .create import CREATE_ENV, FILL_PROJECT, Fleet, log_problems, outcome, raw_creates
+    from .create import FILL_PROJECT, Fleet, log_problems, outcome, raw_creates
 
     out: dict[str, Any] = {"source": "own stack, filled to each level in turn", "levels": {}}
     say(f"memory: one stack, filled to {levels}, then restarted")
     tmp = Path(tempfile.mkdtemp(prefix="enclave-bench-memory-"))
     try:
-        with enclave_stack(CREATE_ENV, home=tmp / "home", stop_timeout=RESTART_TIMEOUT) as stack:
+        with enclave_stack(PRODUCT_PERIODS, home=tmp / "home", stop_timeout=RESTART_TIMEOUT) as stack:
             fleet = Fleet(stack)
             try:
                 quiet(stack, timeout=60)
@@ -68,7 +68,7 @@ def measure(levels: tuple[int, ...]) -> dict[str, Any]:
             finally:
                 fleet.close()
         started = time.perf_counter()
-        with enclave_stack(CREATE_ENV, home=tmp / "home", start_timeout=RESTART_TIMEOUT,
+        with enclave_stack(PRODUCT_PERIODS, home=tmp / "home", start_timeout=RESTART_TIMEOUT,
                            stop_timeout=RESTART_TIMEOUT) as stack:
             out["restart"] = {"queues": levels[-1], "start_s": round(time.perf_counter() - started, 1),
                               "settle_s": round(quiet(stack, timeout=120), 1)}
