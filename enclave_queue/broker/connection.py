@@ -69,7 +69,7 @@ async def delete_message(js: JetStreamContext | QueueJetStream, stream: str, seq
     except nats.js.errors.NotFoundError:
         return False
     except nats.js.errors.APIError as exc:
-        if exc.err_code != NO_MESSAGE:
+        if getattr(exc, "err_code", None) != NO_MESSAGE:  # nats-py's KeyValue errors set none
             raise
         return False
     return True

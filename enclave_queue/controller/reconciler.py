@@ -65,7 +65,8 @@ def is_temporary(exc: BaseException) -> bool:
     After PATIENCE failures in a row the status says Errored all the same."""
     if isinstance(exc, TEMPORARY):
         return True
-    return isinstance(exc, nats.js.errors.APIError) and (exc.code or 0) >= 500
+    # some APIErrors (nats-py's KeyValue ones) never set code
+    return isinstance(exc, nats.js.errors.APIError) and (getattr(exc, "code", None) or 0) >= 500
 
 
 class PermanentError(EnclaveError):

@@ -16,6 +16,7 @@ from enclave_queue.errors import BrokerUnavailable, SpecError
     (nats.js.errors.ServiceUnavailableError(code=503, err_code=10023), True),
     (nats.js.errors.BadRequestError(code=400, err_code=10058, description="stream name already in use"), False),
     (nats.js.errors.NotFoundError(code=404, err_code=10059), False),
+    (nats.js.errors.KeyWrongLastSequenceError(description="wrong last sequence: 7"), False),  # sets no code
     (SpecError("bad setting"), False),
     (RuntimeError("a bug"), False),
 ])
