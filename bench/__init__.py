@@ -61,6 +61,7 @@ SLOW_STOP = 5.0  #: seconds; a slower stop keeps the end of the stack's log in t
 #: what the run has running now (stacks and plain servers, with their temporary directories), for
 #: a run killed with SIGTERM to stop
 RUNNING: dict[int, tuple[Any, Optional[Path]]] = {}
+_RUN_PID = os.getpid()  #: the run's own process (RUNNING means nothing in a forked child)
 
 
 # -- results ----------------------------------------------------------------------------------------
@@ -499,8 +500,9 @@ Options = Callable[[argparse.ArgumentParser], None]
 
 def _stop_on_term(signum: int, frame: Any) -> None:
     """A run killed with SIGTERM stops what it started and removes their directories, then exits at
-    once (unwinding could wait for ever on a task a killed worker process left behind)."""
-    for started, tmp in list(RUNNING.values()):
+    once (unwinding could wait for ever on a task a killed worker process left behind). A forked
+    child has copies of what its parent started, not its own: it only exits."""
+    for started, tmp in list(RUNNING.values()) if os.getpid() == _RUN_PID else []:
         with contextlib.suppress(Exception):
             started.stop()
         if tmp is not None:
