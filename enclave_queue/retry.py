@@ -26,6 +26,12 @@ UNAVAILABLE = (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableE
 NO_PEERS = 10005  #: JetStream's err_code for "no suitable peers for placement"
 
 
+def api_codes(exc: BaseException) -> tuple[int, int]:
+    """A JetStream API error's status code and err_code, 0 for what it does not carry: nats-py's
+    KeyValue errors (``KeyWrongLastSequenceError``, …) are ``APIError``s that set neither."""
+    return getattr(exc, "code", None) or 0, getattr(exc, "err_code", None) or 0
+
+
 async def retry_unavailable(call: Callable[[], Awaitable[T]], window: float = RETRY_WINDOW) -> T:
     """``await call()``, again and again for up to ``window`` seconds while nobody answers."""
     deadline = time.monotonic() + window
@@ -34,10 +40,8 @@ async def retry_unavailable(call: Callable[[], Awaitable[T]], window: float = RE
         try:
             return await call()
         except (*UNAVAILABLE, nats.js.errors.BadRequestError) as exc:
-            # a cluster still forming has no peers to place a stream on yet (10005): as unavailable.
-            # Some BadRequestError subclasses (KeyWrongLastSequenceError) never set err_code.
-            if (isinstance(exc, nats.js.errors.BadRequestError)
-                    and getattr(exc, "err_code", None) != NO_PEERS) \
+            # a cluster still forming has no peers to place a stream on yet (10005): as unavailable
+            if (isinstance(exc, nats.js.errors.BadRequestError) and api_codes(exc)[1] != NO_PEERS) \
                     or time.monotonic() + delay > deadline:
                 raise
             await asyncio.sleep(delay)

@@ -30,7 +30,7 @@ from nats.nuid import NUID
 from ..auth import jwt
 from ..auth.keys import OperatorKeys
 from ..errors import BrokerUnavailable, publish_refused
-from ..retry import retry_unavailable
+from ..retry import api_codes, retry_unavailable
 from ..spec import QueueSpec
 from .claims import control_user
 from .config import CONTROL_STREAM_BYTES
@@ -69,7 +69,7 @@ async def delete_message(js: JetStreamContext | QueueJetStream, stream: str, seq
     except nats.js.errors.NotFoundError:
         return False
     except nats.js.errors.APIError as exc:
-        if getattr(exc, "err_code", None) != NO_MESSAGE:  # nats-py's KeyValue errors set none
+        if api_codes(exc)[1] != NO_MESSAGE:
             raise
         return False
     return True

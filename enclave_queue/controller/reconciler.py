@@ -37,6 +37,7 @@ from ..broker.tasks import keep_running, stop_tasks
 from ..errors import BrokerUnavailable, EnclaveError, StorageFull
 from ..metrics.instruments import ControlMetrics
 from ..names import CONSUMER, stream_name
+from ..retry import api_codes
 from ..state.kv import Store
 from ..state.records import QueueRecord, QueueStatus, State
 from . import mapping
@@ -65,8 +66,7 @@ def is_temporary(exc: BaseException) -> bool:
     After PATIENCE failures in a row the status says Errored all the same."""
     if isinstance(exc, TEMPORARY):
         return True
-    # some APIErrors (nats-py's KeyValue ones) never set code
-    return isinstance(exc, nats.js.errors.APIError) and (getattr(exc, "code", None) or 0) >= 500
+    return isinstance(exc, nats.js.errors.APIError) and api_codes(exc)[0] >= 500
 
 
 class PermanentError(EnclaveError):
