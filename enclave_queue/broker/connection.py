@@ -49,6 +49,9 @@ PUBLISH_TIMEOUT = 5.0  #: seconds the broker may take to confirm a publish into 
 
 #: JetStream's "no message found" (a delete or get of a sequence that is not there)
 NO_MESSAGE = 10057
+#: what nats-server 2.15 answers a delete of a sequence deleted already, when it is above the
+#: stream's first ("sequence N not found"; at or below the first, or past the last: NO_MESSAGE)
+SEQUENCE_NOT_FOUND = 10043
 _BATCH_IDS = NUID()  #: atomic batch ids (one generator: a new NUID seeds itself from the system's randomness)
 #: messages that go as one atomic batch (fewer: one by one). The broker stages a batch in a store
 #: of its own before it commits it, about 2 ms of its CPU a batch on file storage: with 50
@@ -69,7 +72,7 @@ async def delete_message(js: JetStreamContext | QueueJetStream, stream: str, seq
     except nats.js.errors.NotFoundError:
         return False
     except nats.js.errors.APIError as exc:
-        if api_codes(exc)[1] != NO_MESSAGE:
+        if api_codes(exc)[1] not in (NO_MESSAGE, SEQUENCE_NOT_FOUND):
             raise
         return False
     return True

@@ -422,6 +422,20 @@ def test_retry_and_discard_single_dead_letters(stack, queues):
     assert asyncio.run(received_again()) == one["body"]
 
 
+def test_a_dead_letter_discarded_twice_is_not_found_the_second_time_wherever_it_stood(stack, queues):
+    """A sequence deleted already answers differently by where it stood: the first of the stream
+    (the test above) or one with letters before it (nats-server: "sequence N not found")."""
+    name, _, dlq, _ = queues
+    dead_letters_via_reject(stack, name, dlq, ["first", "middle", "last"])
+    first, middle, last = letters(stack, dlq)
+    with stack.admin() as admin:
+        for letter in (middle, last):
+            admin.discard_dead_letter("default", dlq, letter["sequence"])
+            with pytest.raises(NotFound):
+                admin.discard_dead_letter("default", dlq, letter["sequence"])
+    assert letters(stack, dlq) == [first]
+
+
 def test_bad_dead_letter_and_backoff_input(stack, unique_name):
     with stack.admin() as admin:
         with pytest.raises(SpecError, match="retry_backoff_seconds must have fewer entries than max_receives"):
