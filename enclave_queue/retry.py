@@ -32,6 +32,12 @@ def api_codes(exc: BaseException) -> tuple[int, int]:
     return getattr(exc, "code", None) or 0, getattr(exc, "err_code", None) or 0
 
 
+def placement_pending(exc: BaseException) -> bool:
+    """Whether ``exc`` is JetStream's "no suitable peers for placement": a cluster still forming
+    (or a node short) has no peers to place a replicated stream on yet, which is not for long."""
+    return isinstance(exc, nats.js.errors.BadRequestError) and api_codes(exc)[1] == NO_PEERS
+
+
 async def retry_unavailable(call: Callable[[], Awaitable[T]], window: float = RETRY_WINDOW) -> T:
     """``await call()``, again and again for up to ``window`` seconds while nobody answers."""
     deadline = time.monotonic() + window
@@ -40,8 +46,7 @@ async def retry_unavailable(call: Callable[[], Awaitable[T]], window: float = RE
         try:
             return await call()
         except (*UNAVAILABLE, nats.js.errors.BadRequestError) as exc:
-            # a cluster still forming has no peers to place a stream on yet (10005): as unavailable
-            if (isinstance(exc, nats.js.errors.BadRequestError) and api_codes(exc)[1] != NO_PEERS) \
+            if (isinstance(exc, nats.js.errors.BadRequestError) and not placement_pending(exc)) \
                     or time.monotonic() + delay > deadline:
                 raise
             await asyncio.sleep(delay)

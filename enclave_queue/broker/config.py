@@ -187,8 +187,15 @@ def route_env(config: BrokerConfig, password: str) -> dict[str, str]:
     """The variables the configuration's cluster block names (none for a single node)."""
     if not config.cluster_port:
         return {}
-    return {ROUTE_PASSWORD_VAR: password,
-            **{ROUTE_VAR.format(i): f"nats-route://{ROUTE_USER}:{password}@{route}" for i, route in enumerate(config.routes)}}
+    return {ROUTE_PASSWORD_VAR: _quoted(password),
+            **{ROUTE_VAR.format(i): _quoted(f"nats-route://{ROUTE_USER}:{password}@{route}")
+               for i, route in enumerate(config.routes)}}
+
+
+def _quoted(value: str) -> str:
+    """``value`` as a quoted string: nats-server parses a variable's value as configuration text,
+    where a bare value such as ``-Xb…`` or ``2024-x…`` is a malformed number or date and refused."""
+    return json.dumps(value)
 
 
 def _variable(name: str) -> str:

@@ -36,6 +36,7 @@ from nats.js.kv import KeyValue
 
 from ..broker.tasks import stop_tasks
 from ..names import LEASE_BUCKET
+from ..retry import retry_unavailable
 
 log = logging.getLogger("enclave.controller")
 
@@ -63,10 +64,10 @@ class Lease:
 
     async def start(self) -> None:
         try:
-            self._kv = await self.js.key_value(LEASE_BUCKET)
+            self._kv = await retry_unavailable(lambda: self.js.key_value(LEASE_BUCKET))
         except nats.js.errors.BucketNotFoundError:
-            self._kv = await self.js.create_key_value(api.KeyValueConfig(
-                bucket=LEASE_BUCKET, history=1, ttl=TTL, storage=api.StorageType.FILE, replicas=self.replicas))
+            self._kv = await retry_unavailable(lambda: self.js.create_key_value(api.KeyValueConfig(
+                bucket=LEASE_BUCKET, history=1, ttl=TTL, storage=api.StorageType.FILE, replicas=self.replicas)))
         await self._round()  # a node alone, or back on its own lease, has it before start() returns
         self._task = asyncio.create_task(self._loop(), name="control-lease")
 

@@ -31,7 +31,7 @@ from pydantic import BaseModel
 
 from ..errors import BrokerUnavailable, Conflict
 from ..names import ACCOUNTS_BUCKET, COUNTERS_BUCKET, QUEUES_BUCKET, STATUS_BUCKET, TOKENS_BUCKET
-from ..retry import retry_unavailable
+from ..retry import placement_pending, retry_unavailable
 from .records import (
     AccessKeyRecord,
     AccountRecord,
@@ -196,7 +196,10 @@ class Store:
                     Bucket(await _bucket(js, SQS_BUCKET, replicas=replicas), SqsQueueRecord),
                 )
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError,
-                    nats.js.errors.ServerError):  # a cluster without its peers yet: no placement, no resources
+                    nats.js.errors.ServerError, nats.js.errors.BadRequestError) as exc:
+                # a cluster without its peers yet: no placement (a 400: 10005), no resources
+                if isinstance(exc, nats.js.errors.BadRequestError) and not placement_pending(exc):
+                    raise
                 if attempt == attempts - 1:
                     raise BrokerUnavailable("JetStream did not become ready to hold the state store.") from None
                 await asyncio.sleep(0.1)
