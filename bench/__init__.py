@@ -92,6 +92,7 @@ class Report:
     seconds: float = 0.0
     _clock: float = field(default_factory=time.perf_counter, repr=False)
     _stacks_from: int = field(default=0, repr=False)
+    _stolen: Steal = field(default_factory=lambda: Steal(), repr=False)
 
     def __post_init__(self) -> None:
         self.info["load_at_start"] = contention()
@@ -103,6 +104,7 @@ class Report:
         self.seconds = time.perf_counter() - self._clock
         self.info["stacks"] = STACK_TIMES[self._stacks_from:]
         self.info["load_at_end"] = contention()
+        self.info["host_steal_pct"] = self._stolen.percent()
         return [self]
 
     def add(self, case: str, value: float, unit: str, *, baseline: Optional[float] = None, baseline_case: str = "",
@@ -203,7 +205,11 @@ def table(reports: list[Report]) -> str:
     out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines]
     out.insert(1, "  ".join("-" * w for w in widths))
     notes = [f"  [{report.name}] {r.case}: {r.note}" for report in reports for r in report.rows if r.note]
-    return "\n".join(out + (["", "notes:", *notes] if notes else []))
+    stolen = [f"  [{report.name}] {report.info['host_steal_pct']}% of the machine's CPU time"
+              for report in reports if "host_steal_pct" in report.info]
+    return "\n".join(out + (["", "notes:", *notes] if notes else [])
+                     + (["", "CPU time the host (hypervisor) gave to others during each benchmark:", *stolen]
+                        if stolen else []))
 
 
 def save(reports: list[Report]) -> Path:
@@ -311,6 +317,24 @@ def rss_mib(pid: int) -> float:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Steal:
+    """The share of the machine's CPU time its hypervisor gave to others (``st`` in top) since this
+    was made: a round run while the host was busy says so, rather than passing for the product."""
+
+    def __init__(self) -> None:
+        self._start = self._read()
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        # the first line of /proc/stat: user nice system idle iowait irq softirq steal (in ticks)
+        ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        return ticks[7], sum(ticks)
+
+    def percent(self) -> float:
+        steal, total = self._read()
+        return round(100 * (steal - self._start[0]) / max(total - self._start[1], 1), 1)
 
 
 RELOADED = b"Reloaded server configuration"  #: nats-server's log line for a configuration reload

@@ -66,6 +66,7 @@ from . import (
     PRODUCT_PERIODS,
     PROJECT,
     Report,
+    Steal,
     checked_percentile,
     cpu_seconds,
     enclave_stack,
@@ -320,6 +321,7 @@ def latency(report: Report, quick: bool, queues: Optional[list[int]] = None) -> 
         pooled: dict[str, list[Sample]] = {kind: [] for kind in kinds}
         spent = {kind: Cpu() for kind in kinds}
         round_p50: dict[str, list[float]] = {kind: [] for kind in kinds}
+        round_steal: dict[str, list[float]] = {kind: [] for kind in kinds}  #: % of CPU time the host took
         # info: the mover names each way in
         with enclave_stack(env={**PRODUCT_PERIODS, "ENCLAVE_LOG_LEVEL": "info"}) as stack:
             pairs = []
@@ -332,7 +334,9 @@ def latency(report: Report, quick: bool, queues: Optional[list[int]] = None) -> 
             for r in range(rounds):
                 for kind in round_order(r, kinds):
                     got: list[Sample] = []
+                    stolen = Steal()
                     spent[kind] += asyncio.run(_phase(kind, pairs, samples, got, gap, stack, spread))
+                    round_steal[kind].append(stolen.percent())
                     pooled[kind] += got
                     round_p50[kind].append(percentile([s.ms for s in got], 50))
                     quiet(stack)
@@ -352,7 +356,8 @@ def latency(report: Report, quick: bool, queues: Optional[list[int]] = None) -> 
                     + ", ".join(f"{path} {len(v)}" for path, v in sorted(by_path["busy"].items()))
                     + f"; {again} reached the DLQ worker on a redelivery of the DLQ")
             if q == 50:
-                note += "; p50 per round: " + paired(round_p50["busy"], round_p50["redelivered"], "ms")
+                note += ("; p50 per round: " + paired(round_p50["busy"], round_p50["redelivered"], "ms")
+                         + f"; CPU stolen by the host per round, %: {round_steal['busy']}")
             _add_percentiles(report, f"nack of last receive -> on DLQ, {label}", ms["busy"],
                              redelivered, q, target, note)
             _add_percentiles(report, f"  the same from a plain NATS client (nak), {label}", ms["raw"], redelivered, q,
@@ -375,6 +380,7 @@ def latency(report: Report, quick: bool, queues: Optional[list[int]] = None) -> 
             kind: {path: [round(x, 1) for x in sorted(v)] for path, v in paths.items()} for kind, paths in by_path.items()}
         report.info[key]["redelivered"] = [round(x, 1) for x in sorted(redelivered)]
         report.info[key]["round_p50_ms"] = {k: [round(x, 1) for x in v] for k, v in round_p50.items()}
+        report.info[key]["round_steal_pct"] = round_steal
         # what a message cost each process: where a move's time goes when the cores are busy
         cpu = report.info[key]["cpu_ms_a_message"] = {
             kind: spent[kind].per_message_ms(len(pooled[kind])) for kind in kinds if pooled[kind]}

@@ -44,6 +44,7 @@ from . import (
     BODY,
     MIN_ROUNDS,
     Report,
+    Steal,
     checked_percentile,
     enclave_stack,
     main,
@@ -200,18 +201,25 @@ async def measure(creds: dict[str, str], rounds: int, seconds: float,
             for r in range(rounds):
                 for rate in rates:
                     for side in round_order(r, SIDES):
+                        stolen = Steal()
                         out = await offer(side, nc if side == "raw" else queue, creds, rate, int(rate * seconds))
                         into = pooled.setdefault(f"{side}_{rate}", {"late_ms": [], "lag_ms": [], "round_p99_ms": [],
-                                                                    "round_p50_ms": []})
+                                                                    "round_p50_ms": [], "round_steal_pct": []})
+                        into["round_steal_pct"].append(stolen.percent())
                         into["late_ms"] += out["late_ms"]
                         into["lag_ms"] += out["lag_ms"]
                         into["round_p50_ms"].append(round(percentile(out["late_ms"], 50), 2))
                         into["round_p99_ms"].append(round(percentile(out["late_ms"], 99), 2))
                         say(f"latency: round {r + 1}, {rate}/s, {side}: p50 {into['round_p50_ms'][-1]} ms, "
-                            f"p99 {into['round_p99_ms'][-1]} ms (of {len(out['late_ms'])})")
+                            f"p99 {into['round_p99_ms'][-1]} ms (of {len(out['late_ms'])}), "
+                            f"CPU stolen by the host {into['round_steal_pct'][-1]}%")
         finally:
             await nc.close()
     return pooled
+
+
+def stolen_note(sdk: dict[str, Any], raw: dict[str, Any]) -> str:
+    return f"{sdk['round_steal_pct']} (raw {raw['round_steal_pct']})"
 
 
 def summary(samples: list[float]) -> dict[str, Any]:
@@ -232,7 +240,8 @@ def run(quick: bool, rates: tuple[int, ...] | None = None, sync: str = "always")
         pooled = asyncio.run(measure(creds, rounds, seconds, rates))
     for key, data in pooled.items():
         report.info[key] = {"latency_ms": summary(data["late_ms"]), "sender_lag_ms": summary(data["lag_ms"]),
-                            "round_p50_ms": data["round_p50_ms"], "round_p99_ms": data["round_p99_ms"]}
+                            "round_p50_ms": data["round_p50_ms"], "round_p99_ms": data["round_p99_ms"],
+                            "round_steal_pct": data["round_steal_pct"]}
     prefix = "" if sync == "always" else f"sync={sync}: "
     for rate in rates:
         raw = pooled[f"raw_{rate}"]
@@ -249,7 +258,8 @@ def run(quick: bool, rates: tuple[int, ...] | None = None, sync: str = "always")
                 report.add(f"{prefix}{rate} msg/s: put -> {verb} {name}", value, "ms", baseline=baseline,
                            baseline_case=f"{base} ({name})",
                            target="value <= 10" if (side, rate, q, sync) == ("sdk", 1000, 99, "always") else "",
-                           note=f"{n}; {name} per round: " + paired(sdk[rounds_key], raw[rounds_key], "ms"))
+                           note=f"{n}; {name} per round: " + paired(sdk[rounds_key], raw[rounds_key], "ms")
+                           + "; CPU stolen by the host per round, %: " + stolen_note(sdk, raw))
             report.add(f"{prefix}{rate} msg/s: put -> {verb} max", max(sdk["late_ms"]), "ms",
                        baseline=max(raw["late_ms"]), baseline_case=f"{base} (max)",
                        note=f"the largest of {len(sdk['late_ms'])} samples a side")

@@ -2,9 +2,10 @@
 puts made while another is on its way go together as one JetStream atomic batch, so the broker
 fsyncs once for all of them instead of once each.
 
-A put goes straight out when nothing of this queue is on its way, so a lone put waits for
-nobody. While one is, later puts queue up; once it is answered, everything queued (up to the
-broker's 1000 a batch) goes as one batch, each message with its own headers and Nats-Msg-Id. The
+A put goes straight out while fewer than PIPELINE of this queue are on their way, so a lone put
+waits for nobody, and a steady sender's puts stream into the broker rather than each waiting for
+the last one's PubAck. Past that, later puts queue up; once one on its way is answered, everything
+queued (up to the broker's 1000 a batch) goes as one batch, each message with its own headers and Nats-Msg-Id. The
 commit's answer names the batch's last sequence, so each put learns its own. A batch refused or
 not answered in time (or across a reconnect) hands each put back to be sent alone by put's rules
 (sending.py): the batch was stored whole or not at all, and a copy of a stored message is
@@ -32,6 +33,9 @@ from .session import RESEND_AFTER, Session, unavailable
 
 MAX_GROUP = 1000  #: messages one atomic batch holds (the broker's max_msgs for a batch)
 MIN_GROUP = 32  #: fewer queued puts than this go alone (see the module's docstring)
+#: puts of a queue on their way alone before the next waits to go in a batch: a few in flight keep
+#: a steady sender's puts streaming into the broker instead of each waiting for the last's PubAck
+PIPELINE = 4
 Answer = dict[str, Any]  #: the broker's answer to a publish (a PubAck), as ``publish_answer`` returns it
 
 
@@ -53,19 +57,15 @@ class GroupCommit:
 
     def __init__(self, session: Session) -> None:
         self._session = session
-        self._busy = False  #: a put or a batch is on its way
+        self._on_way = 0  #: puts sent alone and batches, not answered yet
         self._queued: list[_Waiting] = []
         self._nuid = NUID()
 
     async def put(self, subject: str, data: bytes, headers: dict[str, str], sending: Any,
                   alone: Callable[[], Awaitable[Answer]]) -> Answer:
         """The broker's answer to one put (a PubAck or its refusal), as ``alone()`` gives it."""
-        if not self._busy:
-            self._busy = True
-            try:
-                return await alone()
-            finally:
-                self._next()
+        if not self._queued and self._on_way < PIPELINE:
+            return await self._alone(alone)
         waiting = _Waiting(subject, data, headers, sending)
         self._queued.append(waiting)
         try:
@@ -73,11 +73,18 @@ class GroupCommit:
         finally:
             with contextlib.suppress(ValueError):
                 self._queued.remove(waiting)  # cancelled before its batch went
-        return answer if answer is not None else await alone()
+        return answer if answer is not None else await self._alone(alone)
+
+    async def _alone(self, alone: Callable[[], Awaitable[Answer]]) -> Answer:
+        self._on_way += 1
+        try:
+            return await alone()
+        finally:
+            self._on_way -= 1
+            self._next()
 
     def _next(self) -> None:
-        """Nothing on its way any more: send what queued up meanwhile, as one batch."""
-        self._busy = False
+        """A put or a batch was answered: send what queued up meanwhile, as one batch."""
         if self._queued and not self._session.closed:
             if len(self._queued) < MIN_GROUP:
                 few, self._queued = self._queued, []
@@ -86,7 +93,7 @@ class GroupCommit:
                         waiting.answer.set_result(None)
                 return
             group, self._queued = self._queued[:MAX_GROUP], self._queued[MAX_GROUP:]
-            self._busy = True
+            self._on_way += 1
             self._session.spawn(self._commit(group))
 
     async def _commit(self, group: list[_Waiting]) -> None:
@@ -127,4 +134,5 @@ class GroupCommit:
             for waiting, answer in zip(group, answers, strict=True):
                 if not waiting.answer.done():
                     waiting.answer.set_result(answer)
+            self._on_way -= 1
             self._next()

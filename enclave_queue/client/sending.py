@@ -9,7 +9,7 @@ delay or a deadline tells the control plane (``Session.note``).
 Every put carries a ``Nats-Msg-Id`` (its dedupe key, or one the SDK makes) and is sent again
 when the connection came back before its PubAck, so it is stored once and returns that id; if
 none was confirmed in time it raises ``MaybeStored``, whose ``dedupe_key`` puts it again safely.
-On a broker that syncs every write, puts made while another is on its way are group-committed
+On a broker that syncs every write, puts made while others are on their way are group-committed
 (grouping.py).
 """
 

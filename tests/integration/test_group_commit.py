@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from enclave_queue.client import connect
-from enclave_queue.client.grouping import MIN_GROUP
+from enclave_queue.client.grouping import MIN_GROUP, PIPELINE
 from enclave_queue.client.pipe import PIPE_CHUNK
 from enclave_queue.errors import MaybeStored, MessageTooLarge, QueueFull
 from tests.helpers import make_queue, queue_account_connection
@@ -106,15 +106,16 @@ async def test_concurrent_puts_are_committed_together_each_with_its_own_id(stack
         ids = await asyncio.gather(*(queue.put({"n": n}) for n in range(200)))
         assert len(set(ids)) == 200
         batches = await batch_ids(stack, creds)
-        # the first goes alone (nothing was on its way); the 199 put meanwhile go as one batch
-        assert batches[ids[0]] is None and len({batches[i] for i in ids[1:]}) == 1 and batches[ids[1]]
+        # the first PIPELINE go alone (fewer were on their way); the rest, put meanwhile, as one batch
+        assert [batches[i] for i in ids[:PIPELINE]] == [None] * PIPELINE
+        assert len({batches[i] for i in ids[PIPELINE:]}) == 1 and batches[ids[PIPELINE]]
         taken = {m.id: m.body for m in await drain(queue)}
         assert all(taken[i] == {"n": n} for n, i in enumerate(ids))
 
 
 async def test_a_few_puts_queued_behind_another_go_alone_each_with_its_own_id(stack, unique_name):
-    """Puts at once, fewer than MIN_GROUP behind the first: the first goes straight out and those
-    queued behind it go alone too, not as a small atomic batch (a batch the broker must stage costs
+    """Puts at once, fewer than MIN_GROUP behind the first PIPELINE: those go straight out and the
+    ones queued behind them go alone too, not as a small atomic batch (a batch the broker must stage costs
     it more than the fsyncs a few messages save), each still with its dedupe key."""
     creds = make_queue(stack, unique_name)
     few = MIN_GROUP - 1
