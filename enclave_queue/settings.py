@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -116,7 +117,11 @@ def _float(env: Mapping[str, str], name: str, default: float, low: float, high: 
 
 #: a node's name: what the broker calls its server (unique in a cluster)
 NODE_NAME_RULE = "1-32 letters, digits, '-' or '_'"
-ROUTE_RULE = "a comma-separated list of host:port (or nats-route://host:port) of the other nodes' cluster ports"
+ROUTE_RULE = ("a comma-separated list of host:port (or nats-route://host:port) of the other nodes' cluster ports, "
+              "each host a DNS name, an IPv4 address or a bracketed IPv6 address")
+#: a DNS name (labels of letters, digits and inner hyphens) or an IPv4 address; or [an IPv6 address]
+ROUTE_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                        r"|\[[0-9A-Fa-f:.]+\]")
 
 
 def check_node_name(name: str, source: str = "ENCLAVE_NODE_NAME") -> str:
@@ -136,7 +141,8 @@ def parse_routes(raw: str, source: str = "ENCLAVE_ROUTES") -> tuple[str, ...]:
     for part in raw.split(","):
         text = part.strip().removeprefix("nats-route://")
         host, sep, port = text.rpartition(":")
-        if not sep or not host or "/" in text or "@" in text or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not ROUTE_HOST.fullmatch(host) or len(host) > 253 or not port.isascii() or not port.isdigit() \
+                or not 0 < int(port) < 65536:
             raise SpecError(f"{source} must be {ROUTE_RULE} (got {part.strip()!r}).")
         routes.append(f"{host}:{int(port)}")
     if len(set(routes)) != len(routes):

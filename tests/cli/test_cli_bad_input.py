@@ -119,6 +119,12 @@ def test_files_and_directories_that_cannot_be_used_are_usage_errors(stack, uniqu
     fails(stack, "up", "--data-dir", "", code=2, line="error: --data-dir must be a directory's path (got '').")
     fails(stack, "up", "--data-dir", str(tmp_path / "home"), env={"ENCLAVE_LOG_LEVEL": "loud"}, code=2,
           line="error: ENCLAVE_LOG_LEVEL must be one of debug, info, warning, error, critical (got 'loud').")
+    route_rule = ("must be a comma-separated list of host:port (or nats-route://host:port) of the other nodes' "
+                  "cluster ports, each host a DNS name, an IPv4 address or a bracketed IPv6 address")
+    fails(stack, "up", "--data-dir", str(tmp_path / "home"), "--cluster-port", "6222", "--routes", 'node b}:6222',
+          code=2, line=f"error: --routes {route_rule} (got 'node b}}:6222').")
+    fails(stack, "up", "--data-dir", str(tmp_path / "home"), env={"ENCLAVE_ROUTES": 'a"b:6222'}, code=2,
+          line=f"error: ENCLAVE_ROUTES {route_rule} (got 'a\"b:6222').")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
