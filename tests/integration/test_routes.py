@@ -10,7 +10,6 @@ or date: the broker refused to start on such a password.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 from collections.abc import AsyncIterator, Callable
@@ -22,10 +21,8 @@ import nats.js.errors
 import pytest
 from nats.js import api
 
-from enclave_queue.auth import jwt
 from enclave_queue.auth.keys import OperatorKeys
 from enclave_queue.auth.secrets import MasterKey
-from enclave_queue.broker.claims import control_user
 from enclave_queue.broker.config import BrokerConfig, render, route_env, route_password
 from enclave_queue.broker.connection import BrokerConnection
 from enclave_queue.broker.process import free_port
@@ -92,16 +89,17 @@ async def test_two_brokers_route_to_each_other_with_a_password_of_any_shape(tmp_
     async with brokers(tmp_path, 2, password) as cluster:
         for name in cluster.names:
             await cluster.start(name)
-        system = await _connect_system(cluster.keys, cluster.supervisors["node-a"].url)
+        conn = await BrokerConnection.connect(cluster.supervisors["node-a"].url, cluster.keys)
         try:
             async def routed() -> list[str]:  # the first node to answer names a route to the other
-                answer = json.loads((await system.request("$SYS.REQ.SERVER.PING.ROUTEZ", b"", timeout=2)).data)
+                reply = await conn.system.request("$SYS.REQ.SERVER.PING.ROUTEZ", b"", timeout=2)
+                answer = json.loads(reply.data)
                 other = {"node-a": "node-b", "node-b": "node-a"}[answer["server"]["name"]]
                 return [r["remote_name"] for r in answer["data"].get("routes") or [] if r.get("remote_name") == other]
 
             assert await eventually(routed, timeout=10)
         finally:
-            await system.close()
+            await conn.close()
 
 
 async def test_the_state_store_waits_for_the_peers_a_forming_cluster_has_not_got_yet(tmp_path: Path):
@@ -136,9 +134,3 @@ def _placement_answer(conn: BrokerConnection) -> Callable[[], object]:
         raise AssertionError("a stream of three replicas was placed on two nodes")
     return check
 
-
-async def _connect_system(keys: OperatorKeys, url: str) -> nats.NATS:
-    user = keys.platform_user("system")
-    token = jwt.encode(control_user(keys.public(user), "system"), keys.platform_account("system")).encode()
-    return await nats.connect(url, user_jwt_cb=lambda: token, allow_reconnect=False, connect_timeout=2,
-                              signature_cb=lambda nonce: base64.b64encode(user.sign(nonce.encode())))
