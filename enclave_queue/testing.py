@@ -73,6 +73,17 @@ def wait_for_nats(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: 
     raise RuntimeError("nats-server did not start")
 
 
+def _spawn_server(conf: Path, log_mode: str) -> subprocess.Popen[bytes]:
+    """nats-server on ``conf``, its output in ``nats-server.log`` beside it."""
+    from .broker.process import child_env, nats_server_binary
+
+    log = open(conf.parent / "nats-server.log", log_mode)  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen([str(nats_server_binary()), "-c", str(conf)], stdout=log, stderr=log,
+                            stdin=subprocess.DEVNULL, env=child_env())
+    log.close()
+    return proc
+
+
 @dataclass
 class NatsServer:
     """A nats-server child process with JetStream on a free port."""
@@ -92,17 +103,13 @@ class NatsServer:
     @classmethod
     def start(cls, store_dir: Path, config: str = "") -> NatsServer:
         """Start one; ``config`` is extra configuration text appended to the defaults."""
-        from .broker.process import child_env, free_port, nats_server_binary
+        from .broker.process import free_port
 
         store_dir.mkdir(parents=True, exist_ok=True)
         port = free_port()
         conf = store_dir / "nats.conf"
         conf.write_text(f'listen: "127.0.0.1:{port}"\njetstream {{ store_dir: "{store_dir / "js"}" }}\n{config}\n')
-        log = open(store_dir / "nats-server.log", "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen([str(nats_server_binary()), "-c", str(conf)], stdout=log, stderr=log,
-                                stdin=subprocess.DEVNULL, env=child_env())
-        log.close()
-        server = cls(store_dir, port, proc)
+        server = cls(store_dir, port, _spawn_server(conf, "wb"))
         server._wait_ready()
         return server
 
@@ -113,6 +120,12 @@ class NatsServer:
         if self.proc.poll() is None:
             self.proc.terminate()
         _wait_gone(self.proc, STOP_TIMEOUT)
+
+    def restart(self) -> None:
+        """Stop it and start it again on the same port and store, as a crash and a restart would."""
+        self.stop()
+        self.proc = _spawn_server(self.store_dir / "nats.conf", "ab")
+        self._wait_ready()
 
 
 @dataclass

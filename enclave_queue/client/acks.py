@@ -24,7 +24,7 @@ import functools
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple, Optional
 
 from nats.aio.msg import Msg
@@ -65,9 +65,12 @@ class Ack(NamedTuple):
     lease_end: float = math.inf  #: when (``time.monotonic()``) its lease ends: not sent again near it
 
 
-async def confirm(session: Session, acks: list[Ack], timeout: float = DEFAULT_TIMEOUT, *, verb: str = "acked") -> None:
+async def confirm(session: Session, acks: list[Ack], timeout: float = DEFAULT_TIMEOUT, *, verb: str = "acked",
+                  then: Optional[Callable[[], Awaitable[None]]] = None) -> None:
     """Send the acknowledgements and wait once for all the broker's confirmations, sending each
     again by the module's rules. ``verb`` names what they do in errors ("acked", "nacked", …).
+    ``then``: sent once the acknowledgements are on their way, before their confirmations are
+    awaited (the same connection carries it after them).
     Raises ``Conflict`` for one whose lease ran out first or whose delivery the broker forgot,
     ``BrokerUnavailable`` for one unconfirmed at ``timeout``; ``PermissionDenied``,
     ``Unauthorized`` or ``RuntimeError`` when the session fails meanwhile."""
@@ -113,6 +116,9 @@ async def confirm(session: Session, acks: list[Ack], timeout: float = DEFAULT_TI
                 future.add_done_callback(functools.partial(answered, index))
                 sent_at[index] = loop.time()
                 await session.nc.publish(pending[index].reply, pending[index].payload, reply=f"{session.mux}.{token}")
+            if then is not None:
+                await then()
+                then = None
             if failures:
                 raise failures[0]
             now = loop.time()

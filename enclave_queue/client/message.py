@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
@@ -143,9 +143,10 @@ class Message:
         """An acknowledgement of this delivery, not sent again once the lease is about to end."""
         return acks.Ack(self._reply, payload, self.id, self._lease_end)
 
-    async def _confirm(self, payload: bytes, *, leased: bool = True, verb: str = "acked") -> None:
+    async def _confirm(self, payload: bytes, *, leased: bool = True, verb: str = "acked",
+                       then: Optional[Callable[[], Awaitable[None]]] = None) -> None:
         ack = self._ack(payload) if leased else acks.Ack(self._reply, payload)
-        await acks.confirm(self._session, [ack], verb=verb)
+        await acks.confirm(self._session, [ack], verb=verb, then=then)
 
     def _lease(self, lease_s: float) -> None:
         """Make the lease end ``lease_s`` from now: the broker's own lease is kept alive with
@@ -170,8 +171,7 @@ class Message:
                     await self._confirm(b"+WPI", leased=False)
             if not self._settled:
                 self._settled = self._lease_ran_out = True
-                await self._confirm(await self._hand_back_nak(0.0), leased=False)
-                await self._tell_if_dead()
+                await self._confirm(await self._hand_back_nak(0.0), leased=False, then=self._tell_if_dead)
 
     def _check_lease(self, verb: str) -> None:
         """Conflict if the message cannot be ``verb`` any more: its lease expired (it ran out, or its
@@ -223,8 +223,9 @@ class Message:
             await self._session.note_error(self.id, error)
         payload = await self._hand_back_nak(delay_s)
         self._settle()
-        await self._confirm(payload, verb="nacked")
-        await self._tell_if_dead()
+        # the mover is told as soon as the nak is on its way: on the last receive the message
+        # will not come back whatever the confirmation says (the word needs no answer)
+        await self._confirm(payload, verb="nacked", then=self._tell_if_dead)
 
     async def _hand_back_nak(self, delay_s: Optional[float]) -> bytes:
         """The ``-NAK`` that hands this receive back for ``delay_s`` seconds (None: the queue's retry

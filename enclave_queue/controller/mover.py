@@ -30,8 +30,10 @@ move counts nothing again); then delete it from the source; then ack the advisor
 without a DLQ has the message discarded after its last receive, counted as discarded.
 
 Moves are made a queue's batch at a time (under load most round trips are waits, not work), in
-two halves. The copy: the dead letters of one queue waiting to be moved are read with one
-batched direct get, side by side with the DLQ's record and their notes (one batched read of the
+two halves. The queue's record and its DLQ's come from the index's copy of the queue records, kept
+by a watch of their bucket (state/queries.py ``QueueIndex``): no read, and a changed DLQ applies
+as soon as the broker has pushed the change. The copy: the dead letters of one queue waiting to be
+moved are read with one batched direct get, side by side with their notes (one batched read of the
 last note of each), and published to the DLQ side by side, a full batch as one atomic batch (one
 PubAck, one fsync on the default stack; a batch the broker refuses, say one holding a copy stored
 already, goes again one by one; fewer go one by one, which costs the broker less than staging a
@@ -98,7 +100,7 @@ from ..retry import retry_unavailable
 from ..spec import subject_for
 from ..state.kv import RECENT_EVENTS, Store
 from ..state.notes import drop_note, write_note
-from ..state.queries import QueueIndex, dead_letter_queue_of
+from ..state.queries import QueueIndex
 from ..state.records import QueueCounters, QueueRecord
 from .errornotes import last_errors
 
@@ -115,8 +117,11 @@ PROBE = json.dumps({"batch": 1, "no_wait": True, "max_bytes": 1}).encode()
 FAULT = os.environ.get("ENCLAVE_FAULT", "")
 #: dead letters of one queue moved together; their count tokens must fit in the counters' memory
 MOVE_BATCH = min(64, RECENT_EVENTS // 2)
-#: queues whose batches are copied at the same time (two pooled connections each: half the pool)
-MOVING_QUEUES = 128
+#: queues whose batches are copied at the same time (two pooled connections each). 32 rather than
+#: 128: with 100 queues failing at once, fewer copies side by side cost less CPU a move (4.75 against
+#: 5.22 ms in all at 20 msg/s a queue) and the calm case's bursts moved no slower (p50 95–101
+#: against 108–114 ms), within a spread of about a fifth from run to run (docs/benchmarks.md)
+MOVING_QUEUES = 32
 #: advisories taken and not yet acked (each acked once its message is moved): with 100 queues
 #: failing at 20 msg/s each, 512 were in flight all the time, and the advisories queued in their
 #: stream behind them (their wait there was most of a move's time)
@@ -323,7 +328,7 @@ class Mover:
                 # under its id, which is its sequence unless it is a copy (read again below)
                 found, dlq, notes = await asyncio.gather(
                     _read(nc, stream_name(record.id), sorted(by_seq)) if read is None else _given(read),
-                    dead_letter_queue_of(self.store, record),
+                    self.index.dead_letter_queue_of(record),
                     last_errors(self.conn.control, record.id, by_seq))
             else:
                 found = read if read is not None else await _read(nc, stream_name(record.id), sorted(by_seq))
@@ -511,7 +516,7 @@ class Mover:
         """One queue's advisories of a fetch: its record read once, each advisory acked once its
         message is moved (or gone), nakked to come again if the move failed."""
         try:
-            record: Optional[QueueRecord] = await self.index.record_of(queue_id)
+            record: Optional[QueueRecord] = await self.index.record_of(queue_id, cached=True)
         except Exception as exc:
             record, failure = None, exc
         else:
@@ -661,7 +666,7 @@ class Mover:
 
     async def _move_told(self, queue_id: str, key: Optional[str]) -> None:
         try:
-            record = await self.index.record_of(queue_id, key)
+            record = await self.index.record_of(queue_id, key, cached=True)
         except Exception as exc:
             record = None
             log.info("dead letters told by queue %s not moved yet (the advisory will come): %s", queue_id, exc)

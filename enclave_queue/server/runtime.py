@@ -231,6 +231,7 @@ class Runtime:
             await self.storage.start()
         await self._ensure_admin_token()
         self.index = QueueIndex(self.store)
+        await self.index.start()
         self.error_notes = ErrorNotes(self.conn)
         self.mover = Mover(self.store, self.conn, self.index, s.sweep_seconds, Provenance.from_master(self.master))
         self.naks = NakCounter(self.store, self.conn)  # its counts are read on every node, kept by the leader's
@@ -406,7 +407,8 @@ class Runtime:
                 await self._http_task
         await stop_each(self.desk, self.lease)  # the work that must happen once stops with the lease (``_follow``)
         await self._follow()
-        await stop_each(self.service.dead_letters if self.service else None, self.storage, self.callout, self.accounts)
+        await stop_each(self.service.dead_letters if self.service else None, self.storage, self.callout, self.accounts,
+                        self.index)
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 await self.conn.close()

@@ -19,6 +19,7 @@ each other's writes. Writes that must not race use the entry's revision (compare
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, Generic, Optional, TypeVar
 
@@ -27,7 +28,7 @@ import nats.js.errors
 from nats.js import api
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from ..errors import BrokerUnavailable, Conflict
 from ..names import ACCOUNTS_BUCKET, COUNTERS_BUCKET, QUEUES_BUCKET, STATUS_BUCKET, TOKENS_BUCKET
@@ -53,6 +54,7 @@ OP_TIMEOUT = 5.0
 #: nats-server 2.15 refuses a stream's 1001st consumer (measured): 1000 listings of one bucket
 #: within 5 minutes (resyncs, samples, scrapes, console refreshes) would stop every later one
 LISTING_LINGER = 1.0
+WATCH_RECHECK = 1.0  #: seconds between a watch's looks at whether its connection was lost meanwhile
 #: events a queue's counters remember (``Store.count(once=…)``): more than can be in flight at a crash
 RECENT_EVENTS = 256
 
@@ -127,6 +129,34 @@ class Bucket(Generic[R]):
         info = await retry_unavailable(
             lambda: kv._js.stream_info(kv._stream, subjects_filter=f"{kv._pre}{pattern}"))
         return bool(info.state.subjects)
+
+    async def watch(self, recheck: float = WATCH_RECHECK) -> AsyncIterator[tuple[str, Optional[R]]]:
+        """Every key with its record as it is now, then each change as it happens: (key, record),
+        or (key, None) for a key deleted (or one that does not parse). Raises BrokerUnavailable
+        once the connection has reconnected since the watch began (looked at every ``recheck``
+        seconds): a restarted broker forgot the watch's consumer, and nats-py would only find out
+        after two missed heartbeats (10 s); watch again."""
+        nc = self._kv._js._nc
+        reconnects = nc.stats["reconnects"]
+        watcher = await retry_unavailable(lambda: self._kv.watch(">"))
+        try:
+            while True:
+                try:
+                    entry = await watcher.updates(timeout=recheck)
+                except nats.errors.TimeoutError:
+                    if nc.stats["reconnects"] != reconnects:
+                        raise BrokerUnavailable("The connection to the broker was lost meanwhile.") from None
+                    continue
+                if entry is None:  # nats-py's "the values so far were sent" marker
+                    continue
+                record = None
+                if entry.operation is None and entry.value:
+                    with contextlib.suppress(ValidationError):  # unreadable: as if unknown (a get raises)
+                        record = self._model.model_validate_json(entry.value)
+                yield entry.key, record
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
 
     async def watch_keys(self) -> AsyncIterator[str]:
         """Keys as they change, from now on (deletes included)."""

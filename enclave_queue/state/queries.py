@@ -6,12 +6,19 @@ Everything here reads the state store only (kv.py); the broker is asked nothing.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import Collection
 from typing import Optional
 
 from ..spec import queue_key
 from .kv import Store
 from .records import QueueRecord
+
+log = logging.getLogger("enclave.state")
+
+RESTART_SECONDS = 0.5  #: seconds before a failed watch of the queue records starts again
 
 
 async def declared(store: Store, pattern: str = ">") -> list[QueueRecord]:
@@ -51,16 +58,68 @@ async def dead_letter_users(store: Store, project: str, name: str) -> list[str]:
 
 
 class QueueIndex:
-    """Queue records by queue id (the account id the broker's subjects carry), read fresh each
-    time; the key of each id is remembered, so a lookup is one read."""
+    """Queue records by queue id (the account id the broker's subjects carry); the key of each id
+    is remembered, so a lookup is one read.
+
+    ``start`` keeps a copy of every record in memory, from a watch of the bucket (nats-py's
+    ordered consumer: the broker pushes each write as it stores it, and the watch starts again
+    if it fails). The dead-letter mover's lookups (``cached=True``) read that copy: under load
+    its reads of the bucket were a round trip and two of its requests a batch. A record the copy
+    does not hold (a queue created a moment ago, the watch not started or failing) is read
+    fresh, as every other lookup is."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._ids: dict[str, str] = {}  #: queue id -> queue key
+        self._watched: dict[str, QueueRecord] = {}  #: queue key -> record, from the watch
+        self._watched_ids: dict[str, str] = {}  #: queue id -> queue key, from the watch
+        self._task: Optional[asyncio.Task[None]] = None
 
-    async def record_of(self, queue_id: str, hint: Optional[str] = None) -> Optional[QueueRecord]:
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._follow(), name="queue-index")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._watched.clear()
+        self._watched_ids.clear()
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async for key, record in self.store.queues.watch():
+                    self._seen(key, record)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the broker restarting, say: read fresh until the watch is back
+                log.warning("watch of the queue records interrupted (%s); starting it again", exc)
+            self._watched.clear()
+            self._watched_ids.clear()
+            await asyncio.sleep(RESTART_SECONDS)
+
+    def _seen(self, key: str, record: Optional[QueueRecord]) -> None:
+        old = self._watched.pop(key, None)
+        if old is not None and self._watched_ids.get(old.id) == key:
+            del self._watched_ids[old.id]
+        if record is not None:
+            self._watched[key] = record
+            self._watched_ids[record.id] = key
+
+    def watched(self, queue_id: str) -> Optional[QueueRecord]:
+        """The watch's copy of the record of the queue that owns ``queue_id``, if it holds one."""
+        key = self._watched_ids.get(queue_id)
+        return self._watched.get(key) if key is not None else None
+
+    async def record_of(self, queue_id: str, hint: Optional[str] = None, *, cached: bool = False) -> Optional[QueueRecord]:
         """The current record of the queue that owns ``queue_id`` (read fresh: a changed DLQ
-        applies to the next dead letter). ``hint``: the key the caller says it is (checked)."""
+        applies to the next dead letter; ``cached``: the watch's copy, if it holds one). ``hint``:
+        the key the caller says it is (checked)."""
+        if cached and (record := self.watched(queue_id)) is not None:
+            return record
         for key in (self._ids.get(queue_id), hint):
             if key is not None:
                 found = await self.store.queues.get(key)
@@ -74,6 +133,15 @@ class QueueIndex:
         found = await self.store.queues.get(key)
         return found[0] if found is not None and found[0].id == queue_id else None
 
+    async def dead_letter_queue_of(self, record: QueueRecord) -> Optional[QueueRecord]:
+        """``dead_letter_queue_of``, from the watch's copy if it holds the DLQ's record."""
+        if record.spec.dead_letter_queue and (
+                found := self._watched.get(queue_key(record.spec.project, record.spec.dead_letter_queue))) is not None:
+            return found if not found.deleting else None
+        return await dead_letter_queue_of(self.store, record)
+
     def forget(self, queue_id: str) -> None:
         """A queue was deleted: its id names nothing any more."""
         self._ids.pop(queue_id, None)
+        if (key := self._watched_ids.pop(queue_id, None)) is not None:
+            self._watched.pop(key, None)

@@ -7,6 +7,7 @@ nothing and breaks nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 
@@ -16,6 +17,7 @@ import pytest
 from enclave_queue import envelope
 from enclave_queue.client import connect
 from enclave_queue.client.session import Session
+from enclave_queue.errors import EnclaveError
 from enclave_queue.names import REJECT_SUBJECT
 from enclave_queue.testing import EnclaveStack
 from tests.helpers import eventually, make_queue
@@ -163,3 +165,51 @@ async def test_words_the_mover_cannot_use_move_nothing_and_break_nothing(quiet_s
     (letter,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=10)
     assert letter["body"] == "mine"
     await advisories_handled(quiet_stack)
+
+
+async def test_a_changed_dead_letter_queue_takes_the_next_dead_letter(quiet_stack, unique_name):
+    """The mover reads a queue's record from its watched copy: a DLQ changed through the API
+    applies to the next dead letter, with no wait for anything to refresh."""
+    creds, _ = source_and_dlq(quiet_stack, unique_name, max_receives=1)
+    make_queue(quiet_stack, f"{unique_name}-other")
+    async with connect(creds) as queue:
+        await queue.send_batch(["before", "after"])
+        async with advisories_held(quiet_stack):
+            (first,) = await queue.receive(wait=3)
+            await first.nack()
+            (moved,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=10)
+            with quiet_stack.admin() as admin:
+                admin.update_queue("default", unique_name, {"dead_letter_queue": f"{unique_name}-other"})
+            (second,) = await queue.receive(wait=3)
+            await second.nack()
+            (moved_later,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-other"), timeout=10)
+    assert (moved["body"], moved_later["body"]) == ("before", "after")
+    assert [m["body"] for m in letters(quiet_stack, f"{unique_name}-dlq")] == ["before"]
+
+
+async def test_the_word_goes_before_the_nak_is_confirmed(quiet_stack, unique_name, monkeypatch):
+    """On the last receive the message will not come back whatever the nak's confirmation says, so
+    the SDK tells the mover as soon as the nak is on its way: here the confirmations are never
+    heard (the broker answers, the session listens for another token), and the message is moved
+    while ``nack()`` still waits for its confirmation."""
+    import asyncio
+
+    creds, _ = source_and_dlq(quiet_stack, unique_name, max_receives=1)
+    async with connect(creds) as queue:
+        await queue.send("unconfirmed")
+        async with advisories_held(quiet_stack):
+            (message,) = await queue.receive(wait=3)
+
+            def unheard(self):
+                return self.token(), asyncio.get_running_loop().create_future()
+
+            monkeypatch.setattr(Session, "new_waiter", unheard)
+            nacking = asyncio.create_task(message.nack())
+            try:
+                (letter,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=4)
+                assert not nacking.done()
+            finally:
+                nacking.cancel()
+                with contextlib.suppress(asyncio.CancelledError, EnclaveError):
+                    await nacking
+    assert letter["body"] == "unconfirmed"
