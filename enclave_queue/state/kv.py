@@ -130,21 +130,24 @@ class Bucket(Generic[R]):
             lambda: kv._js.stream_info(kv._stream, subjects_filter=f"{kv._pre}{pattern}"))
         return bool(info.state.subjects)
 
+    def reconnects(self) -> int:
+        """How many times the connection to the broker has been lost and made again."""
+        return int(self._kv._js._nc.stats["reconnects"])
+
     async def watch(self, recheck: float = WATCH_RECHECK) -> AsyncIterator[tuple[str, Optional[R]]]:
         """Every key with its record as it is now, then each change as it happens: (key, record),
         or (key, None) for a key deleted (or one that does not parse). Raises BrokerUnavailable
         once the connection has reconnected since the watch began (looked at every ``recheck``
         seconds): a restarted broker forgot the watch's consumer, and nats-py would only find out
         after two missed heartbeats (10 s); watch again."""
-        nc = self._kv._js._nc
-        reconnects = nc.stats["reconnects"]
+        reconnects = self.reconnects()
         watcher = await retry_unavailable(lambda: self._kv.watch(">"))
         try:
             while True:
                 try:
                     entry = await watcher.updates(timeout=recheck)
                 except nats.errors.TimeoutError:
-                    if nc.stats["reconnects"] != reconnects:
+                    if self.reconnects() != reconnects:
                         raise BrokerUnavailable("The connection to the broker was lost meanwhile.") from None
                     continue
                 if entry is None:  # nats-py's "the values so far were sent" marker

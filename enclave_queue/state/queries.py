@@ -74,6 +74,7 @@ class QueueIndex:
         self._watched: dict[str, QueueRecord] = {}  #: queue key -> record, from the watch
         self._watched_ids: dict[str, str] = {}  #: queue id -> queue key, from the watch
         self._task: Optional[asyncio.Task[None]] = None
+        self._reconnects = -1  #: the connection's reconnects when the watch began: the copy holds only while they stay so
 
     async def start(self) -> None:
         if self._task is None:
@@ -91,6 +92,7 @@ class QueueIndex:
     async def _follow(self) -> None:
         while True:
             try:
+                self._reconnects = self.store.queues.reconnects()
                 async for key, record in self.store.queues.watch():
                     self._seen(key, record)
             except asyncio.CancelledError:
@@ -109,8 +111,15 @@ class QueueIndex:
             self._watched[key] = record
             self._watched_ids[record.id] = key
 
+    def _current(self) -> bool:
+        """Whether the copy can be believed: not once the connection has been lost since the watch
+        began (the broker may have restarted, and forgotten the watch, which starts again soon)."""
+        return self.store.queues.reconnects() == self._reconnects
+
     def watched(self, queue_id: str) -> Optional[QueueRecord]:
         """The watch's copy of the record of the queue that owns ``queue_id``, if it holds one."""
+        if not self._current():
+            return None
         key = self._watched_ids.get(queue_id)
         return self._watched.get(key) if key is not None else None
 
@@ -135,7 +144,7 @@ class QueueIndex:
 
     async def dead_letter_queue_of(self, record: QueueRecord) -> Optional[QueueRecord]:
         """``dead_letter_queue_of``, from the watch's copy if it holds the DLQ's record."""
-        if record.spec.dead_letter_queue and (
+        if record.spec.dead_letter_queue and self._current() and (
                 found := self._watched.get(queue_key(record.spec.project, record.spec.dead_letter_queue))) is not None:
             return found if not found.deleting else None
         return await dead_letter_queue_of(self.store, record)
