@@ -7,7 +7,6 @@ Everything here reads the state store only (kv.py); the broker is asked nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Collection
 from typing import Optional
@@ -70,9 +69,8 @@ class QueueIndex:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._ids: dict[str, str] = {}  #: queue id -> queue key
+        self._ids: dict[str, str] = {}  #: queue id -> queue key (read or watched; checked against the record)
         self._watched: dict[str, QueueRecord] = {}  #: queue key -> record, from the watch
-        self._watched_ids: dict[str, str] = {}  #: queue id -> queue key, from the watch
         self._task: Optional[asyncio.Task[None]] = None
         self._reconnects = -1  #: the connection's reconnects when the watch began: the copy holds only while they stay so
 
@@ -84,10 +82,8 @@ class QueueIndex:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await asyncio.wait({task})
         self._watched.clear()
-        self._watched_ids.clear()
 
     async def _follow(self) -> None:
         while True:
@@ -100,16 +96,14 @@ class QueueIndex:
             except Exception as exc:  # the broker restarting, say: read fresh until the watch is back
                 log.warning("watch of the queue records interrupted (%s); starting it again", exc)
             self._watched.clear()
-            self._watched_ids.clear()
             await asyncio.sleep(RESTART_SECONDS)
 
     def _seen(self, key: str, record: Optional[QueueRecord]) -> None:
-        old = self._watched.pop(key, None)
-        if old is not None and self._watched_ids.get(old.id) == key:
-            del self._watched_ids[old.id]
-        if record is not None:
+        if record is None:
+            self._watched.pop(key, None)
+        else:
             self._watched[key] = record
-            self._watched_ids[record.id] = key
+            self._ids[record.id] = key
 
     def _current(self) -> bool:
         """Whether the copy can be believed: not once the connection has been lost since the watch
@@ -120,8 +114,8 @@ class QueueIndex:
         """The watch's copy of the record of the queue that owns ``queue_id``, if it holds one."""
         if not self._current():
             return None
-        key = self._watched_ids.get(queue_id)
-        return self._watched.get(key) if key is not None else None
+        record = self._watched.get(self._ids.get(queue_id, ""))
+        return record if record is not None and record.id == queue_id else None
 
     async def record_of(self, queue_id: str, hint: Optional[str] = None, *, cached: bool = False) -> Optional[QueueRecord]:
         """The current record of the queue that owns ``queue_id`` (read fresh: a changed DLQ
@@ -151,6 +145,5 @@ class QueueIndex:
 
     def forget(self, queue_id: str) -> None:
         """A queue was deleted: its id names nothing any more."""
-        self._ids.pop(queue_id, None)
-        if (key := self._watched_ids.pop(queue_id, None)) is not None:
+        if (key := self._ids.pop(queue_id, None)) is not None:
             self._watched.pop(key, None)

@@ -7,6 +7,7 @@ nothing and breaks nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Iterator
@@ -192,8 +193,6 @@ async def test_the_word_goes_before_the_nak_is_confirmed(quiet_stack, unique_nam
     the SDK tells the mover as soon as the nak is on its way: here the confirmations are never
     heard (the broker answers, the session listens for another token), and the message is moved
     while ``nack()`` still waits for its confirmation."""
-    import asyncio
-
     creds, _ = source_and_dlq(quiet_stack, unique_name, max_receives=1)
     async with connect(creds) as queue:
         await queue.send("unconfirmed")

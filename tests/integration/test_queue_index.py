@@ -7,19 +7,9 @@ import nats.errors
 import pytest
 
 from enclave_queue.spec import QueueSpec
-from enclave_queue.state.kv import Store
 from enclave_queue.state.queries import QueueIndex
 from enclave_queue.state.records import QueueRecord
 from tests.helpers import eventually
-
-
-@pytest.fixture
-async def store(nats_server):
-    nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
-    try:
-        yield await Store.open(nc.jetstream())
-    finally:
-        await nc.close()
 
 
 @pytest.fixture

@@ -3,20 +3,9 @@ marker races with the first entries), deletes left out, and no consumer left beh
 2.15 refuses a stream's 1001st consumer)."""
 
 import nats
-import pytest
 
-from enclave_queue.state.kv import Store
 from enclave_queue.state.records import TokenRecord
 from tests.helpers import eventually
-
-
-@pytest.fixture
-async def store(nats_server):
-    nc = await nats.connect(nats_server.url)
-    try:
-        yield await Store.open(nc.jetstream())
-    finally:
-        await nc.close()
 
 
 async def test_a_full_bucket_is_never_listed_as_empty(store):
