@@ -141,7 +141,13 @@ class Bucket(Generic[R]):
         seconds): a restarted broker forgot the watch's consumer, and nats-py would only find out
         after two missed heartbeats (10 s); watch again."""
         reconnects = self.reconnects()
-        watcher = await retry_unavailable(lambda: self._kv.watch(">"))
+        making = asyncio.ensure_future(retry_unavailable(lambda: self._kv.watch(">")))
+        try:
+            watcher = await asyncio.shield(making)
+        except asyncio.CancelledError:  # a watch made as this one was stopped is stopped too (nats-py's
+            with contextlib.suppress(Exception):  # heartbeat check would outlive it by 10 s)
+                await (await making).stop()
+            raise
         try:
             while True:
                 try:
