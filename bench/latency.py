@@ -21,7 +21,10 @@ each SDK and raw in the order alternated round by round (MIN_ROUNDS rounds); eac
 rate × RUN_SECONDS messages. The samples of all rounds are pooled (both sides have as many), a
 percentile is only reported from enough of them (bench.samples_for: p99 from 500), and each row's
 note gives the count and the p99 round by round. How late the sender itself was on its schedule is
-kept in the results (``sender_lag_ms``): a late sender would make the offered rate a lie. Goal
+kept in the results (``sender_lag_ms``): a late sender would make the offered rate a lie. So are
+the garbage collections of both harness processes (``gc``: full ones, and the longest pause): the
+sender keeps only the puts not yet answered, as an app would, since a full collection over
+thousands of finished ones stopped both sides' puts for 36–44 ms, most of the old p99. Goal
 (issue 16): SDK p99 <= 10 ms at 1,000 msg/s. Alone: ``python -m bench.latency [--quick]``;
 ``python -m bench`` runs it with the rest.
 """
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import multiprocessing
 import struct
 import time
@@ -81,6 +85,28 @@ def stamp_of(data: bytes) -> int:
     return STAMP.unpack_from(data)[0]
 
 
+class GcPauses:
+    """This process's garbage collections, each as (generation, ms): a full one in a process holding
+    thousands of objects stops its event loop for tens of milliseconds, which shows in the tail."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []
+        self._started = 0
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._on_gc)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter_ns()
+        else:
+            self.pauses.append((info["generation"], (time.perf_counter_ns() - self._started) / 1e6))
+
+
 # -- the worker (a process of its own) ---------------------------------------------------------------
 
 
@@ -130,7 +156,9 @@ async def take(side: str, creds: dict[str, str], count: int, pipe: Connection) -
 
 def worker_main(side: str, creds: dict[str, str], count: int, pipe: Connection) -> None:
     try:
-        pipe.send(asyncio.run(take(side, creds, count, pipe)))
+        with GcPauses() as collected:
+            late = asyncio.run(take(side, creds, count, pipe))
+        pipe.send((late, collected.pauses))
     except BaseException as exc:  # the parent raises it
         pipe.send(f"error: {exc!r}")
         raise
@@ -140,8 +168,10 @@ def worker_main(side: str, creds: dict[str, str], count: int, pipe: Connection) 
 
 
 async def offer(side: str, sender: Any, creds: dict[str, str], rate: int, count: int) -> dict[str, Any]:
-    """Start a worker, send ``count`` messages at ``rate`` open loop, return its latencies and how
-    late the sender was on its schedule."""
+    """Start a worker, send ``count`` messages at ``rate`` open loop, return its latencies, how
+    late the sender was on its schedule, and the garbage collections of both processes. The sender
+    keeps only the puts not yet answered, as an app would: holding every one made its full
+    collections slow (36 ms at 20,000), and each stopped every put in flight."""
     loop = asyncio.get_running_loop()
     parent, child = multiprocessing.get_context("spawn").Pipe()
     proc = multiprocessing.get_context("spawn").Process(target=worker_main, args=(side, creds, count, child),
@@ -161,27 +191,35 @@ async def offer(side: str, sender: Any, creds: dict[str, str], rate: int, count:
             def put(data: bytes) -> Any:
                 return js.publish(subject, data)
         lag: list[float] = []
-        puts: list[asyncio.Task[Any]] = []
-        started = time.perf_counter()
-        for i in range(count):
-            pause = started + i / rate - time.perf_counter()
-            if pause > 0:
-                await asyncio.sleep(pause)
-            now = time.perf_counter()
-            lag.append((now - started - i / rate) * 1000)
-            puts.append(asyncio.ensure_future(put(body(time.perf_counter_ns()))))
-        await asyncio.gather(*puts)
-        late = await loop.run_in_executor(None, _recv, parent, TAKE_TIMEOUT + 60.0)
+        with GcPauses() as collected:
+            await _send(put, rate, count, lag)
+        got = await loop.run_in_executor(None, _recv, parent, TAKE_TIMEOUT + 60.0)
     finally:
         proc.join(10)
         if proc.is_alive():
             proc.kill()
             proc.join()
-    if isinstance(late, str):
-        raise RuntimeError(f"{side} worker: {late}")
+    if isinstance(got, str):
+        raise RuntimeError(f"{side} worker: {got}")
+    late, worker_gc = got
     if len(late) != count:
         raise RuntimeError(f"{side} worker took {len(late)} of {count} messages")
-    return {"late_ms": late, "lag_ms": lag}
+    return {"late_ms": late, "lag_ms": lag, "gc": {"sender": collected.pauses, "worker": worker_gc}}
+
+
+async def _send(put: Any, rate: int, count: int, lag: list[float]) -> None:
+    """Message i goes out at start + i / rate, a task of its own; ``lag`` gets how late each was."""
+    in_flight: set[asyncio.Task[Any]] = set()
+    started = time.perf_counter()
+    for i in range(count):
+        pause = started + i / rate - time.perf_counter()
+        if pause > 0:
+            await asyncio.sleep(pause)
+        lag.append((time.perf_counter() - started - i / rate) * 1000)
+        task = asyncio.ensure_future(put(body(time.perf_counter_ns())))
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+    await asyncio.gather(*in_flight)
 
 
 def _recv(pipe: Connection, timeout: float) -> Any:
@@ -204,7 +242,10 @@ async def measure(creds: dict[str, str], rounds: int, seconds: float,
                         stolen = Steal()
                         out = await offer(side, nc if side == "raw" else queue, creds, rate, int(rate * seconds))
                         into = pooled.setdefault(f"{side}_{rate}", {"late_ms": [], "lag_ms": [], "round_p99_ms": [],
-                                                                    "round_p50_ms": [], "round_steal_pct": []})
+                                                                    "round_p50_ms": [], "round_steal_pct": [],
+                                                                    "gc": {"sender": [], "worker": []}})
+                        for process, pauses in out["gc"].items():
+                            into["gc"][process] += pauses
                         into["round_steal_pct"].append(stolen.percent())
                         into["late_ms"] += out["late_ms"]
                         into["lag_ms"] += out["lag_ms"]
@@ -218,8 +259,21 @@ async def measure(creds: dict[str, str], rounds: int, seconds: float,
     return pooled
 
 
+def gc_note(side: dict[str, Any]) -> str:
+    return ", ".join(f"{process} {found['full']} full, longest {found['longest_ms']} ms"
+                     for process, found in gc_summary(side["gc"]).items())
+
+
 def stolen_note(sdk: dict[str, Any], raw: dict[str, Any]) -> str:
     return f"{sdk['round_steal_pct']} (raw {raw['round_steal_pct']})"
+
+
+def gc_summary(pauses: dict[str, list[tuple[int, float]]]) -> dict[str, Any]:
+    """Per process of the harness: how many full collections it made while measuring, and its
+    longest pause of any generation."""
+    return {process: {"full": sum(generation == 2 for generation, _ in found),
+                      "longest_ms": round(max((ms for _, ms in found), default=0.0), 1)}
+            for process, found in pauses.items()}
 
 
 def summary(samples: list[float]) -> dict[str, Any]:
@@ -241,7 +295,7 @@ def run(quick: bool, rates: tuple[int, ...] | None = None, sync: str = "always")
     for key, data in pooled.items():
         report.info[key] = {"latency_ms": summary(data["late_ms"]), "sender_lag_ms": summary(data["lag_ms"]),
                             "round_p50_ms": data["round_p50_ms"], "round_p99_ms": data["round_p99_ms"],
-                            "round_steal_pct": data["round_steal_pct"]}
+                            "round_steal_pct": data["round_steal_pct"], "gc": gc_summary(data["gc"])}
     prefix = "" if sync == "always" else f"sync={sync}: "
     for rate in rates:
         raw = pooled[f"raw_{rate}"]
@@ -259,7 +313,8 @@ def run(quick: bool, rates: tuple[int, ...] | None = None, sync: str = "always")
                            baseline_case=f"{base} ({name})",
                            target="value <= 10" if (side, rate, q, sync) == ("sdk", 1000, 99, "always") else "",
                            note=f"{n}; {name} per round: " + paired(sdk[rounds_key], raw[rounds_key], "ms")
-                           + "; CPU stolen by the host per round, %: " + stolen_note(sdk, raw))
+                           + "; CPU stolen by the host per round, %: " + stolen_note(sdk, raw)
+                           + f"; the harness's garbage collections: {gc_note(sdk)} (raw {gc_note(raw)})")
             report.add(f"{prefix}{rate} msg/s: put -> {verb} max", max(sdk["late_ms"]), "ms",
                        baseline=max(raw["late_ms"]), baseline_case=f"{base} (max)",
                        note=f"the largest of {len(sdk['late_ms'])} samples a side")

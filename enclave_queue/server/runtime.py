@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import json
 import logging
 import os
@@ -424,6 +425,15 @@ async def stop_each(*parts: Any) -> None:
             await part.stop()
 
 
+def _settle_heap() -> None:
+    """Keep what start-up made (about 100,000 objects: modules, the API's routes and models, the
+    broker connections) out of the garbage collector's way for the life of the process. Every full
+    collection walked it: 68–109 ms of CPU, with 100 queues failing at once, in which the mover, the
+    desk and the API all waited. Collected first, so nothing that is garbage already is kept."""
+    gc.collect()
+    gc.freeze()
+
+
 async def serve(settings: EnclaveSettings, *, announce: Any = print) -> None:
     """Run until SIGINT or SIGTERM, then stop cleanly."""
     runtime = Runtime(settings)
@@ -434,6 +444,7 @@ async def serve(settings: EnclaveSettings, *, announce: Any = print) -> None:
     started = time.perf_counter()
     try:
         await runtime.start()
+        _settle_heap()
         announce(f"Enclave Queues is up in {time.perf_counter() - started:.1f} s")
         announce(f"  API:     {runtime.api_url}")
         announce(f"  broker:  {runtime.broker_url}")
