@@ -42,7 +42,10 @@ The finish: counted with one compare-and-set (on the counters this process last 
 when another writer changed them), deleted with one delete each, sent together and not erased.
 A queue's next batch is copied while the last one finishes; queues are copied side by side,
 MOVING_QUEUES at a time, so one slow queue holds up only its own letters; advisories are taken as
-they come, up to IN_FLIGHT unsettled.
+they come, up to IN_FLIGHT unsettled. A finish waits until no batch waits for its copy, or
+FINISH_DEFER at most: in a burst from many queues every copy (what the DLQs' workers wait for) goes
+before the counts and deletes, which only a reject's caller and an advisory's ack wait for (the
+calm case of bench/deadletters.py: p50 109 -> 79 ms, docs/benchmarks.md).
 
 The last error is the note an app left for the message (state/notes.py; the stream and its
 bounds: errornotes.py). ``reject`` asks this process (``enclave.reject`` -> ``deadletter.<id>``)
@@ -134,6 +137,10 @@ PULL_SECONDS = 5.0  #: how long a pull request for advisories stays open
 READ_BYTES = 8 * 1024 * 1024  #: at most this much of a batch read in one direct get
 READ_SPAN = 4 * MOVE_BATCH  #: at most this many messages read to find a batch's dead letters
 SWEEP_PARALLEL = 8  #: queues swept at the same time
+#: seconds a copied batch's finish (count, deletes, notes dropped) waits at most for the copies to
+#: pause: in a burst the copies, which the DLQs' workers wait for, go first, and the finishes after
+FINISH_DEFER = 0.25
+STOP_GRACE = 2.0  #: seconds a stop gives the moves under way to finish
 
 
 class MoveError(EnclaveError):
@@ -215,6 +222,8 @@ class Mover:
         self._running: set[asyncio.Task[Any]] = set()
         #: per queue id, the dead letters its apps told of (``Session.tell_dead``) waiting for its record
         self._told: dict[str, list[Dead]] = {}
+        self._lull = asyncio.Event()  #: set while no batch waits for its copy (self._movers is empty)
+        self._lull.set()
         self._sub: Any = None
         self._advisory_sub: Any = None
 
@@ -239,11 +248,20 @@ class Mover:
         ]
 
     async def stop(self) -> None:
+        """Nothing new is taken; the moves under way have STOP_GRACE to finish (their finishes go at
+        once), and what is left then is cancelled: it stays on its queue, moved after the restart."""
         for sub in (self._sub, self._advisory_sub):
             if sub is not None:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
-        await stop_tasks([*self._tasks, *self._running, *self._movers.values()])
+        await stop_tasks(self._tasks)
+        self._lull.set()
+        until = asyncio.get_running_loop().time() + STOP_GRACE
+        # a copy that ends spawns its finish: under way until neither is left
+        while (under_way := {*self._running, *self._movers.values()}) and (
+                left := until - asyncio.get_running_loop().time()) > 0:
+            await asyncio.wait(under_way, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        await stop_tasks([*self._running, *self._movers.values()])
         for waiting in self._waiting.values():
             for _, future in waiting.items:
                 future.cancel()
@@ -278,6 +296,7 @@ class Mover:
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         waiting.items.append((dead, future))
         if key not in self._movers:
+            self._lull.clear()
             self._movers[key] = asyncio.create_task(self._move_waiting(key), name=f"deadletters-{how}:{record.id}")
         return future
 
@@ -300,8 +319,12 @@ class Mover:
             self._movers.pop(key, None)
             if (waiting := self._waiting.get(key)) is not None and not waiting.items:
                 del self._waiting[key]
+            if not self._movers:
+                self._lull.set()
 
     async def _finish_and_tell(self, copied: _Copied, taken: list[tuple[Dead, asyncio.Future[str]]]) -> None:
+        with contextlib.suppress(TimeoutError):  # after the copies waiting now, or FINISH_DEFER at most
+            await asyncio.wait_for(self._lull.wait(), FINISH_DEFER)
         try:
             outcomes = await self._finish(copied)
         except Exception as exc:

@@ -1,0 +1,90 @@
+"""The order of a burst's moves, in-process against the real broker: every queue's copy to its
+DLQ (what the DLQs' workers wait for) goes before any batch's finish (count, deletes), and a
+finish waits no longer than ``FINISH_DEFER`` when the copies never pause."""
+
+import asyncio
+
+import pytest
+
+from enclave_queue.controller import mover as mover_module
+from enclave_queue.names import stream_name
+from enclave_queue.spec import QueueSpec, subject_for
+from tests.helpers import eventually
+
+
+async def failing_queue(runtime, name):
+    """A queue with one message on it and a DLQ: its record, and the message's sequence."""
+    await runtime.service.create(QueueSpec(name=f"{name}-dlq"))
+    await runtime.service.create(QueueSpec(name=name, max_receives=1, dead_letter_queue=f"{name}-dlq"))
+    record = await runtime.service.lookup.live("default", name)
+
+    async def ready():
+        statuses = [await runtime.service.status("default", n) for n in (name, f"{name}-dlq")]
+        return all(s["state"] == "Ready" and s["observed_generation"] == s["generation"] for s in statuses)
+
+    await eventually(ready, timeout=20)
+    ack = await runtime.conn.queue_js(record.id).publish(subject_for("default", name), f"body of {name}".encode())
+    return record, ack.seq
+
+
+async def left_on(runtime, record):
+    return (await runtime.conn.queue_js(record.id).stream_info(stream_name(record.id))).state.messages
+
+
+async def test_a_burst_is_copied_to_every_dlq_before_any_batch_is_counted_and_deleted(runtime, monkeypatch):
+    monkeypatch.setattr(mover_module, "FINISH_DEFER", 30.0)  # the copies' pause alone lets the finishes go
+    mover = runtime.mover
+    failing = await asyncio.gather(*(failing_queue(runtime, f"burst-{i}") for i in range(8)))
+    events = []
+    copy_batch, finish = mover._copy_batch, mover._finish
+
+    async def copied_then_noted(record, dead, how, read=None):
+        copied = await copy_batch(record, dead, how, read)
+        events.append("copied")
+        return copied
+
+    async def noted_then_finished(copied):
+        events.append("finish")
+        return await finish(copied)
+
+    monkeypatch.setattr(mover, "_copy_batch", copied_then_noted)
+    monkeypatch.setattr(mover, "_finish", noted_then_finished)
+    outcomes = await asyncio.wait_for(asyncio.gather(*(mover.move(record, seq) for record, seq in failing)), 20)
+    assert outcomes == ["moved"] * 8
+    assert events == ["copied"] * 8 + ["finish"] * 8
+    for record, _ in failing:
+        assert await left_on(runtime, record) == 0
+        assert (await runtime.service.status("default", record.spec.name))["dead_lettered"] == 1
+        dlq = await runtime.service.get("default", record.spec.dead_letter_queue)
+        assert await left_on(runtime, dlq) == 1
+
+
+async def test_a_finish_goes_after_finish_defer_while_the_copies_never_pause(runtime, monkeypatch):
+    monkeypatch.setattr(mover_module, "FINISH_DEFER", 0.2)
+    mover = runtime.mover
+    record, seq = await failing_queue(runtime, "never-pausing")
+    endless = asyncio.create_task(asyncio.Event().wait())  # a queue whose copies are never done
+    mover._movers[("elsewhere", "advisory")] = endless
+    mover._lull.clear()
+    try:
+        assert await asyncio.wait_for(mover.move(record, seq), 10) == "moved"
+        assert await left_on(runtime, record) == 0
+        assert (await runtime.service.status("default", "never-pausing"))["dead_lettered"] == 1
+        assert not mover._lull.is_set()  # it went on its own clock, not because the copies paused
+    finally:
+        del mover._movers[("elsewhere", "advisory")]
+        endless.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await endless
+
+
+async def test_a_stop_lets_the_moves_under_way_finish(runtime):
+    mover = runtime.mover
+    failing = await asyncio.gather(*(failing_queue(runtime, f"stopping-{i}") for i in range(4)))
+    moves = [asyncio.ensure_future(mover.move(record, seq)) for record, seq in failing]
+    await asyncio.sleep(0)  # submitted: their copies are under way
+    await mover.stop()
+    assert await asyncio.wait_for(asyncio.gather(*moves), 5) == ["moved"] * 4  # settled, not cut off
+    for record, _ in failing:
+        assert await left_on(runtime, record) == 0
+        assert (await runtime.service.status("default", record.spec.name))["dead_lettered"] == 1
