@@ -259,9 +259,10 @@ async def measure(creds: dict[str, str], rounds: int, seconds: float,
     return pooled
 
 
-def gc_note(side: dict[str, Any]) -> str:
+def gc_note(summarised: dict[str, Any]) -> str:
+    """``gc_summary``'s figures as a row's note."""
     return ", ".join(f"{process} {found['full']} full, longest {found['longest_ms']} ms"
-                     for process, found in gc_summary(side["gc"]).items())
+                     for process, found in summarised.items())
 
 
 def stolen_note(sdk: dict[str, Any], raw: dict[str, Any]) -> str:
@@ -314,7 +315,8 @@ def run(quick: bool, rates: tuple[int, ...] | None = None, sync: str = "always")
                            target="value <= 10" if (side, rate, q, sync) == ("sdk", 1000, 99, "always") else "",
                            note=f"{n}; {name} per round: " + paired(sdk[rounds_key], raw[rounds_key], "ms")
                            + "; CPU stolen by the host per round, %: " + stolen_note(sdk, raw)
-                           + f"; the harness's garbage collections: {gc_note(sdk)} (raw {gc_note(raw)})")
+                           + f"; the harness's garbage collections: {gc_note(report.info[f'{side}_{rate}']['gc'])}"
+                           + f" (raw {gc_note(report.info[f'raw_{rate}']['gc'])})")
             report.add(f"{prefix}{rate} msg/s: put -> {verb} max", max(sdk["late_ms"]), "ms",
                        baseline=max(raw["late_ms"]), baseline_case=f"{base} (max)",
                        note=f"the largest of {len(sdk['late_ms'])} samples a side")

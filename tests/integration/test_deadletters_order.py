@@ -9,7 +9,6 @@ import pytest
 from enclave_queue.controller import mover as mover_module
 from enclave_queue.names import stream_name
 from enclave_queue.spec import QueueSpec, subject_for
-from tests.helpers import eventually
 
 
 async def failing_queue(runtime, name):
@@ -17,12 +16,8 @@ async def failing_queue(runtime, name):
     await runtime.service.create(QueueSpec(name=f"{name}-dlq"))
     await runtime.service.create(QueueSpec(name=name, max_receives=1, dead_letter_queue=f"{name}-dlq"))
     record = await runtime.service.lookup.live("default", name)
-
-    async def ready():
-        statuses = [await runtime.service.status("default", n) for n in (name, f"{name}-dlq")]
-        return all(s["state"] == "Ready" and s["observed_generation"] == s["generation"] for s in statuses)
-
-    await eventually(ready, timeout=20)
+    for settling in (name, f"{name}-dlq"):
+        assert (await runtime.service.wait_settled("default", settling, timeout=20))["state"] == "Ready"
     ack = await runtime.conn.queue_js(record.id).publish(subject_for("default", name), f"body of {name}".encode())
     return record, ack.seq
 
