@@ -74,6 +74,12 @@ def _ids(body: dict[str, Any], field: str) -> list[int]:
     return values
 
 
+#: verbs that only read, asked often (``broker`` at every connect, ``notes`` for every receive
+#: that holds a message tried before): they find their queue in the watch's copy of the records
+#: when it holds it, not in a read of the store each
+READ_FROM_WATCH = frozenset({"broker", "notes"})
+
+
 class Desk:
     """Answers the apps' requests, in the control process (``desk.*.*``, a queue group)."""
 
@@ -111,7 +117,7 @@ class Desk:
             body = json.loads(request.data or b"{}")
             if not isinstance(body, dict):
                 raise SpecError("The request must be a JSON object.")
-            record = await self.index.record_of(queue_id)
+            record = await self.index.record_of(queue_id, cached=verb in READ_FROM_WATCH)
             if record is None or record.deleting:
                 raise NotFound("The queue does not exist any more.")
             handler = getattr(self, f"_verb_{verb}", None)
