@@ -43,9 +43,9 @@ when another writer changed them), deleted with one delete each, sent together a
 A queue's next batch is copied while the last one finishes; queues are copied side by side,
 MOVING_QUEUES at a time, so one slow queue holds up only its own letters; advisories are taken as
 they come, up to IN_FLIGHT unsettled. A finish waits until no batch waits for its copy, or
-FINISH_DEFER at most: in a burst from many queues every copy (what the DLQs' workers wait for) goes
-before the counts and deletes, which only a reject's caller and an advisory's ack wait for (the
-calm case of bench/deadletters.py: p50 109 -> 79 ms, docs/benchmarks.md).
+FINISH_DEFER at most (a reject's, REJECT_FINISH_DEFER): in a burst from many queues every copy (what
+the DLQs' workers wait for) goes before the counts and deletes, which only a reject's caller and an
+advisory's ack wait for (the calm case of bench/deadletters.py: p50 109 -> 79 ms, docs/benchmarks.md).
 
 The last error is the note an app left for the message (state/notes.py; the stream and its
 bounds: errornotes.py). ``reject`` asks this process (``enclave.reject`` -> ``deadletter.<id>``)
@@ -139,7 +139,12 @@ READ_SPAN = 4 * MOVE_BATCH  #: at most this many messages read to find a batch's
 SWEEP_PARALLEL = 8  #: queues swept at the same time
 #: seconds a copied batch's finish (count, deletes, notes dropped) waits at most for the copies to
 #: pause: in a burst the copies, which the DLQs' workers wait for, go first, and the finishes after
-FINISH_DEFER = 0.25
+#: (the busy case of bench/deadletters.py, in a probe: p50 / p99 299 / 575 and 271 / 498 ms at 0.25 s,
+#: 237 / 433 and 260 / 452 at 1 s). A moved message is held from the broker meanwhile: by the SDK
+#: for envelope.DEAD_GRACE, or for good once its receives are spent
+FINISH_DEFER = 1.0
+#: the same for a reject's batch: its caller waits for the answer, and its lease may run out
+REJECT_FINISH_DEFER = 0.25
 STOP_GRACE = 2.0  #: seconds a stop gives the moves under way to finish
 
 
@@ -323,8 +328,9 @@ class Mover:
                 self._lull.set()
 
     async def _finish_and_tell(self, copied: _Copied, taken: list[tuple[Dead, asyncio.Future[str]]]) -> None:
-        with contextlib.suppress(TimeoutError):  # after the copies waiting now, or FINISH_DEFER at most
-            await asyncio.wait_for(self._lull.wait(), FINISH_DEFER)
+        defer = REJECT_FINISH_DEFER if copied.how == "reject" else FINISH_DEFER
+        with contextlib.suppress(TimeoutError):  # after the copies waiting now, or that long at most
+            await asyncio.wait_for(self._lull.wait(), defer)
         try:
             outcomes = await self._finish(copied)
         except Exception as exc:

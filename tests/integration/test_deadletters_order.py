@@ -1,6 +1,7 @@
 """The order of a burst's moves, in-process against the real broker: every queue's copy to its
 DLQ (what the DLQs' workers wait for) goes before any batch's finish (count, deletes), and a
-finish waits no longer than ``FINISH_DEFER`` when the copies never pause."""
+finish waits no longer than ``FINISH_DEFER`` (a reject's, ``REJECT_FINISH_DEFER``) when the copies
+never pause."""
 
 import asyncio
 
@@ -54,17 +55,23 @@ async def test_a_burst_is_copied_to_every_dlq_before_any_batch_is_counted_and_de
         assert await left_on(runtime, dlq) == 1
 
 
-async def test_a_finish_goes_after_finish_defer_while_the_copies_never_pause(runtime, monkeypatch):
-    monkeypatch.setattr(mover_module, "FINISH_DEFER", 0.2)
+@pytest.mark.parametrize("how", ["nack", "reject"])
+async def test_a_finish_goes_after_its_bound_while_the_copies_never_pause(runtime, monkeypatch, how):
+    # the bound of the way in is short, the other's longer than the test waits: the finish goes by its own
+    short, long = ("REJECT_FINISH_DEFER", "FINISH_DEFER") if how == "reject" else ("FINISH_DEFER", "REJECT_FINISH_DEFER")
+    monkeypatch.setattr(mover_module, short, 0.2)
+    monkeypatch.setattr(mover_module, long, 60.0)
     mover = runtime.mover
-    record, seq = await failing_queue(runtime, "never-pausing")
+    record, seq = await failing_queue(runtime, f"never-pausing-{how}")
     endless = asyncio.create_task(asyncio.Event().wait())  # a queue whose copies are never done
     mover._movers[("elsewhere", "advisory")] = endless
     mover._lull.clear()
     try:
-        assert await asyncio.wait_for(mover.move(record, seq), 10) == "moved"
+        # "nack": what an app's word about a message handed back on its last receive becomes
+        moved = mover.move(record, seq) if how == "reject" else mover._submit(record, mover_module.Dead(seq, 1), how)
+        assert await asyncio.wait_for(moved, 10) == "moved"
         assert await left_on(runtime, record) == 0
-        assert (await runtime.service.status("default", "never-pausing"))["dead_lettered"] == 1
+        assert (await runtime.service.status("default", f"never-pausing-{how}"))["dead_lettered"] == 1
         assert not mover._lull.is_set()  # it went on its own clock, not because the copies paused
     finally:
         del mover._movers[("elsewhere", "advisory")]
