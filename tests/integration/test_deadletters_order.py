@@ -28,7 +28,9 @@ async def left_on(runtime, record):
 
 
 async def test_a_burst_is_copied_to_every_dlq_before_any_batch_is_counted_and_deleted(runtime, monkeypatch):
-    monkeypatch.setattr(mover_module, "FINISH_DEFER", 30.0)  # the copies' pause alone lets the finishes go
+    # the copies' pause alone lets the finishes go (these are rejects: their bound is the one that counts)
+    monkeypatch.setattr(mover_module, "REJECT_FINISH_DEFER", 30.0)
+    monkeypatch.setattr(mover_module, "FINISH_DEFER", 30.0)
     mover = runtime.mover
     failing = await asyncio.gather(*(failing_queue(runtime, f"burst-{i}") for i in range(8)))
     events = []
