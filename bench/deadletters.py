@@ -3,10 +3,12 @@ how fast a redrive moves dead letters back.
 
 Latency. Each source queue allows one receive (``max_receives=1``) and has a DLQ. A worker
 receives a message and hands it back with ``nack()``: that was its last receive. The clock runs
-from the nack to the moment a worker waiting on the DLQ receives it. Measured with 1 and with 100
-source queues busy at once (every queue's worker doing the same), 20 messages a second each; and
-with 100 at 2 a second each, sent at the same moments on every queue (bursts of 100) and again
-spread evenly over each half second, as independent queues would send. Baseline: the broker's own
+from the nack to the moment a worker waiting on the DLQ receives it; the busy case is also split at
+the mover's making of the copy (its ``Enclave-Dead-Lettered-At``) and at the copy's storing on the
+DLQ (the broker's timestamp of it): what comes after is the DLQ's delivery to its worker. Measured
+with 1 and with 100 source queues busy at once (every queue's worker doing the same), 20 messages a
+second each; and with 100 at 2 a second each, sent at the same moments on every queue (bursts of
+100) and again spread evenly over each half second, as independent queues would send. Baseline: the broker's own
 redelivery on as many busy queues (the DLQs themselves, which have no limit): from a ``nack()``
 to the same message received again — the least a hand-back can take on this machine. Like for
 like: the same number of queues, messages, pacing and connections (two a queue, each with a
@@ -110,6 +112,10 @@ class Sample:
     queue: str  #: the source queue's name
     seq: int  #: the message's sequence on it
     receives: int = 1  #: the DLQ worker's receives of it (2: a lease of the DLQ's ran out: not the mover's time)
+    #: from the nack to the mover's making of the copy (its ``Enclave-Dead-Lettered-At``) and to the
+    #: copy's storing on the DLQ (the broker's timestamp of it): where a move's time goes
+    built_ms: Optional[float] = None
+    stored_ms: Optional[float] = None
 
 
 @dataclass
@@ -185,8 +191,13 @@ async def _dlq_worker(dlq: Any, nacked: dict[str, float], samples: int, got: lis
     while len(got) < samples:
         batch = await dlq.receive(batch=10, wait=0.5)
         arrived = time.perf_counter()
-        got.extend(Sample((arrived - nacked[m.body]) * 1000, m.headers.get("Enclave-Source-Queue", ""),
-                          int(m.headers.get("Enclave-Source-Sequence", 0)), m.receive_count) for m in batch)
+        wall = time.time() - arrived  #: the wall clock (the broker's and the mover's) at perf_counter 0
+        for m in batch:
+            built = envelope.parse_time(m.headers.get(envelope.DEAD_LETTERED_AT))
+            got.append(Sample((arrived - nacked[m.body]) * 1000, m.headers.get("Enclave-Source-Queue", ""),
+                              int(m.headers.get("Enclave-Source-Sequence", 0)), m.receive_count,
+                              (built.timestamp() - wall - nacked[m.body]) * 1000 if built else None,
+                              (m.sent_at.timestamp() - wall - nacked[m.body]) * 1000))
         await dlq.delete_many(batch)
 
 
@@ -385,6 +396,12 @@ def latency(report: Report, quick: bool, queues: Optional[list[int]] = None) -> 
                          + f"; CPU stolen by the host per round, %: {round_steal['busy']}")
             _add_percentiles(report, f"nack of last receive -> on DLQ, {label}", ms["busy"],
                              redelivered, q, target, note)
+            for part, reached in (("built_ms", "the mover made the copy"), ("stored_ms", "the copy stored on the DLQ")):
+                split = [getattr(s, part) for s in pooled["busy"] if getattr(s, part) is not None]
+                _add_percentiles(report, f"  nack -> {reached}, {label}", split, None, q,
+                                 note=f"{len(split)} samples; the move above up to that step (the mover's "
+                                      "clock and the broker's are this machine's): the rest is the DLQ's "
+                                      "delivery to its waiting worker")
             _add_percentiles(report, f"  the same from a plain NATS client (nak), {label}", ms["raw"], redelivered, q,
                              note=f"{len(ms['raw'])} samples; nothing tells the mover but the broker's advisory; "
                                   "by way in: " + ", ".join(f"{path} {len(v)}"

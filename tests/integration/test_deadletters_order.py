@@ -92,3 +92,37 @@ async def test_a_stop_lets_the_moves_under_way_finish(runtime):
     for record, _ in failing:
         assert await left_on(runtime, record) == 0
         assert (await runtime.service.status("default", record.spec.name))["dead_lettered"] == 1
+
+
+async def test_the_batches_of_one_queue_finishing_together_count_in_one_write_each_move_once(runtime, monkeypatch):
+    # a batch a message, and every finish held until the last copy is done: then they all count at once
+    monkeypatch.setattr(mover_module, "MOVE_BATCH", 1)
+    monkeypatch.setattr(mover_module, "FINISH_DEFER", 30.0)
+    mover = runtime.mover
+    record, first = await failing_queue(runtime, "together")
+    js = runtime.conn.queue_js(record.id)
+    seqs = [first] + [(await js.publish(subject_for("default", "together"), b"again")).seq for _ in range(5)]
+    writes = []
+    update, create = mover.store.counters.update, mover.store.counters.create
+
+    async def noted_update(key, value, revision):
+        writes.append(key)
+        return await update(key, value, revision)
+
+    async def noted_create(key, value):
+        writes.append(key)
+        return await create(key, value)
+
+    monkeypatch.setattr(mover.store.counters, "update", noted_update)
+    monkeypatch.setattr(mover.store.counters, "create", noted_create)
+    moves = [mover._submit(record, mover_module.Dead(seq, 1), "nack") for seq in seqs]
+    assert await asyncio.wait_for(asyncio.gather(*moves), 20) == ["moved"] * 6
+    # six batches: the first counted alone at most, those that came meanwhile in one more write
+    assert 1 <= writes.count(record.key) <= 2
+    assert (await runtime.service.status("default", "together"))["dead_lettered"] == 6
+    assert await left_on(runtime, record) == 0
+    dlq = await runtime.service.get("default", record.spec.dead_letter_queue)
+    assert await left_on(runtime, dlq) == 6
+    # counted once: the same moves counted again (a batch repeated after a crash) add nothing
+    await mover._count_once(record.key, "dead_lettered", seqs)
+    assert (await runtime.service.status("default", "together"))["dead_lettered"] == 6
