@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
@@ -113,6 +114,26 @@ def parse_time(text: Optional[str]) -> Optional[datetime]:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
     except ValueError:
         return None
+
+
+#: a whole number written as text: ASCII digits, an optional minus sign
+WHOLE_NUMBER = re.compile(r"\s*-?[0-9]{1,20}\s*")
+
+
+def whole_number(value: Any) -> Optional[int]:
+    """``value`` as an integer if it is one: an int (not a bool), a float with no fraction (JSON
+    may carry 3 as 3.0), or text of ASCII digits; else None. What others send is read with this,
+    not ``int()``, which cuts 2.5 to 2, reads ``1_000`` and other scripts' digits, and raises
+    OverflowError (no ValueError) for an infinity, which JSON from Python may carry."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value.is_integer() else None
+    if isinstance(value, str) and WHOLE_NUMBER.fullmatch(value):
+        return int(value)
+    return None
 
 
 def _refuse(field: str, rule: str, got: Any) -> SpecError:

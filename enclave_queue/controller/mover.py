@@ -728,7 +728,7 @@ class Mover:
         queue_id = told.subject.split(".")[1]
         try:
             body = json.loads(told.data)
-            dead = Dead(int(body["seq"]), int(body["receive_count"]))
+            dead = Dead(_counted(body, "seq"), _counted(body, "receive_count"))
             subject = str(body.get("subject", ""))
         except (ValueError, TypeError, KeyError, AttributeError):
             log.debug("a dead letter told by queue %s was not understood; left to the advisory", queue_id)
@@ -768,9 +768,11 @@ class Mover:
             record = await self.index.record_of(queue_id, ".".join(subject.split(".")[1:3]) or None)
             if record is None or record.deleting:
                 raise EnclaveError("The queue does not exist any more.")
-            seq, error = int(body["seq"]), body.get("error") or None
-            noted_as = int(body.get("id") or seq)
-            receive_count = body.get("receive_count")
+            seq, error = _counted(body, "seq"), body.get("error") or None
+            if error is not None and not isinstance(error, str):
+                raise EnclaveError(f"error must be text (got {type(error).__name__}).")
+            noted_as = _counted(body, "id", needed=False) or seq
+            receive_count = _counted(body, "receive_count", needed=False)
 
             async def reject() -> str:
                 if error:  # kept as the message's note, should this move fail and a later one happen
@@ -786,6 +788,18 @@ class Mover:
             reply = {"error": str(exc) or type(exc).__name__}
         with contextlib.suppress(nats.errors.Error):
             await request.respond(json.dumps(reply).encode())
+
+
+def _counted(body: Any, field: str, *, needed: bool = True) -> Optional[int]:
+    """A positive whole number an app sent in a word or a reject (``envelope.whole_number``: not
+    ``int()``, which would cut 2.5 to message 2); ValueError naming the field otherwise."""
+    value = body.get(field) if isinstance(body, dict) else None
+    if value is None and not needed:
+        return None
+    number = envelope.whole_number(value)
+    if number is None or number < 1:
+        raise ValueError(f"{field} must be a positive whole number (got {str(value)[:40]!r}).")
+    return number
 
 
 async def _given(read: Read) -> Read:

@@ -91,7 +91,9 @@ class Deadlines:
         queue_id = note.subject.split(".", 1)[1]
         try:
             body = json.loads(note.data)
-            seq = int(body.get("seq", 0))
+            seq = envelope.whole_number(body.get("seq", 0))
+            if seq is None:
+                raise ValueError("seq")
         except (ValueError, TypeError, AttributeError):
             return
         note_seq = note.metadata.sequence.stream

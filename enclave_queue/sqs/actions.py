@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Optional
 
+from ..envelope import whole_number
 from ..errors import Conflict, EnclaveError, NotFound
 from ..queues.sqs import NotInFlight, ReceiptInvalid, Received, SqsMessages
 from ..service import QueueService
@@ -64,10 +65,7 @@ def _int(params: dict[str, Any], name: str, low: int, high: int, default: Option
     value = params.get(name)
     if value is None or value == "":
         return default
-    try:
-        number = int(value) if not isinstance(value, bool) and str(value).strip().lstrip("-").isdigit() else None
-    except ValueError:
-        number = None
+    number = whole_number(value)
     if number is None or not low <= number <= high:
         raise invalid_parameter(f"Value {str(value)[:40]} for parameter {name} is invalid. Reason: must be between "
                                 f"{low} and {high}, if provided.")

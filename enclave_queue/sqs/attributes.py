@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
+from ..envelope import whole_number
 from ..spec import LIMITS, NAME_RULE, PROJECT_PATTERN, QUEUE_NAME_PATTERN
 from .errors import SqsError, invalid_attribute_name, invalid_attribute_value, invalid_parameter, queue_missing
 
@@ -109,11 +110,7 @@ def check_new_name(name: Any) -> str:
 
 def _integer(name: str, value: Any) -> int:
     low, high = RANGES[name]
-    text = value if isinstance(value, str) else str(value)
-    try:
-        number = int(text.strip())
-    except ValueError:
-        number = None
+    number = whole_number(value)
     if number is None or not low <= number <= high:
         raise invalid_attribute_value(name, f"an integer from {low} to {high}", value)
     return number
@@ -138,10 +135,7 @@ def parse_redrive_policy(value: Any, project: str, name: str) -> tuple[Optional[
     if not isinstance(policy, dict) or "deadLetterTargetArn" not in policy or "maxReceiveCount" not in policy:
         raise invalid_attribute_value("RedrivePolicy", rule, value)
     count = policy["maxReceiveCount"]
-    try:
-        receives = int(count) if not isinstance(count, bool) else None
-    except (TypeError, ValueError):
-        receives = None
+    receives = whole_number(count)
     if receives is None or not 1 <= receives <= MAX_RECEIVE_COUNT:
         raise invalid_attribute_value("RedrivePolicy", f"{rule}: maxReceiveCount must be from 1 to "
                                       f"{MAX_RECEIVE_COUNT}", count)

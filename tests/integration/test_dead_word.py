@@ -152,6 +152,10 @@ async def test_words_the_mover_cannot_use_move_nothing_and_break_nothing(quiet_s
                      json.dumps({"seq": other_seq + 1, "receive_count": 1, "exhausted": True,
                                  "subject": other_creds["subject"]}).encode(),
                      json.dumps({"seq": mine, "receive_count": 0, "exhausted": True}).encode(),  # not its last
+                     # numbers int() would bend: its own message's sequence and a fraction, infinities
+                     json.dumps({"seq": mine + 0.4, "receive_count": 1}).encode(),
+                     b'{"seq": Infinity, "receive_count": 1}', b'{"seq": 1e400, "receive_count": 1}',
+                     json.dumps({"seq": mine, "receive_count": 1.5}).encode(),
                      b"\xff" * 4096):
             await nc.publish(REJECT_SUBJECT, word)
         await nc.flush()
@@ -212,3 +216,28 @@ async def test_the_word_goes_before_the_nak_is_confirmed(quiet_stack, unique_nam
                 with contextlib.suppress(asyncio.CancelledError, EnclaveError):
                     await nacking
     assert letter["body"] == "unconfirmed"
+
+
+async def test_a_reject_with_numbers_the_mover_cannot_use_is_refused_naming_the_field(quiet_stack, unique_name):
+    """A reject asked on a plain connection, with a sequence or an id int() would bend (a fraction
+    of the app's own message, an infinity) or an error that is not text: each answered with an error
+    naming the field, and nothing moved. Then a real reject moves."""
+    creds, _ = source_and_dlq(quiet_stack, unique_name, max_receives=1)
+    async with connect(creds) as queue:
+        mine = await queue.send("mine")
+    nc = await raw(creds)
+    try:
+        for asked, field in (({"seq": mine + 0.4}, "seq"), ({"seq": float("inf")}, "seq"), ({"seq": "1e3"}, "seq"),
+                             ({"seq": -mine}, "seq"), ({"seq": mine, "id": 1.5}, "id"),
+                             ({"seq": mine, "receive_count": float("nan")}, "receive_count"),
+                             ({"seq": mine, "error": {"not": "text"}}, "error")):
+            answer = json.loads((await nc.request(REJECT_SUBJECT, json.dumps(asked).encode(), timeout=5)).data)
+            assert field in answer["error"], (asked, answer)
+    finally:
+        await nc.close()
+    assert letters(quiet_stack, f"{unique_name}-dlq") == []
+    async with connect(creds) as queue:
+        (message,) = await queue.receive(wait=3)
+        assert await message.reject("no good") == "moved"
+    (letter,) = letters(quiet_stack, f"{unique_name}-dlq")
+    assert (letter["body"], letter["last_error"]) == ("mine", "no good")
