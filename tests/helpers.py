@@ -35,6 +35,25 @@ async def _minted(stack: EnclaveStack, account: Any, user: Any) -> AsyncIterator
         await nc.close()  # a refused connect leaves its socket and tasks behind otherwise
 
 
+@asynccontextmanager
+async def app_connection(creds: dict[str, Any]) -> AsyncIterator[Client]:
+    """The queue's own user on a plain nats-py connection: an app on any NATS client, which may send
+    what the SDK never would."""
+    nc = await nats.connect(creds["broker_url"], user=creds["username"], password=creds["password"],
+                            inbox_prefix=creds["inbox_prefix"], allow_reconnect=False)
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+async def publish_as_an_app(creds: dict[str, Any], bodies: list[str], headers: Callable[[str], dict[str, str]]) -> None:
+    """Store ``bodies`` on the queue as a plain NATS client would, each with ``headers(body)``."""
+    async with app_connection(creds) as nc:
+        for body in bodies:
+            await nc.jetstream().publish(creds["subject"], body.encode(), headers=headers(body))
+
+
 def _keys(stack: EnclaveStack) -> OperatorKeys:
     return OperatorKeys(MasterKey.load_or_create(stack.home, stack.env.get("ENCLAVE_MASTER_KEY")))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,8 @@ class DeadLetter:
     def from_view(cls, view: dict[str, Any], session: Session) -> DeadLetter:
         body: Any = view.get("body")
         if view.get("content_type") == "application/json" and body is not None:
-            body = json.loads(body)
+            with contextlib.suppress(ValueError):  # labelled JSON by a client that did not write JSON: its text
+                body = envelope.parse_json(body)
         elif body is None and view.get("body_base64") is not None:
             body = base64.b64decode(view["body_base64"])
         return cls(view["sequence"], body, view.get("receive_count"), view.get("last_error"),

@@ -727,7 +727,7 @@ class Mover:
         does not parse, the queue gone, the DLQ refusing it) is left to the advisory and the sweep."""
         queue_id = told.subject.split(".")[1]
         try:
-            body = json.loads(told.data)
+            body = envelope.parse_json(told.data)
             dead = Dead(_counted(body, "seq"), _counted(body, "receive_count"))
             subject = str(body.get("subject", ""))
         except (ValueError, TypeError, KeyError, AttributeError):
@@ -763,7 +763,7 @@ class Mover:
     async def _reject(self, request: Msg) -> None:
         queue_id = request.subject.split(".")[1]
         try:
-            body = json.loads(request.data)
+            body = envelope.parse_json(request.data)
             subject = str(body.get("subject", ""))  # queue.<project>.<name>: a hint, checked against the id
             record = await self.index.record_of(queue_id, ".".join(subject.split(".")[1:3]) or None)
             if record is None or record.deleting:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import json
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
@@ -90,7 +89,7 @@ class Deadlines:
     async def _on_note(self, note: Msg) -> None:
         queue_id = note.subject.split(".", 1)[1]
         try:
-            body = json.loads(note.data)
+            body = envelope.parse_json(note.data)
             seq = envelope.whole_number(body.get("seq", 0))
             if seq is None:
                 raise ValueError("seq")

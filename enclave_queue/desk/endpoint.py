@@ -114,7 +114,7 @@ class Desk:
     async def _answer(self, request: Msg) -> None:
         _, queue_id, verb = request.subject.split(".", 2)
         try:
-            body = json.loads(request.data or b"{}")
+            body = envelope.parse_json(request.data or b"{}")
             if not isinstance(body, dict):
                 raise SpecError("The request must be a JSON object.")
             record = await self.index.record_of(queue_id, cached=verb in READ_FROM_WATCH)

@@ -24,6 +24,7 @@ from ..envelope import (
     delay_subjects,
     due_at,
     message_id,
+    parse_json,
     parse_time,
     prior_attempts,
     rfc3339,
@@ -264,7 +265,7 @@ def _exported(letter: Letter, status: str, *, attempts: int, last_error: Optiona
         return {**out, **body}
     if content_type and content_type.split(";")[0].strip().lower() == "application/json":
         try:
-            return {**out, "body": json.loads(text)}
+            return {**out, "body": parse_json(text)}
         except ValueError:
             pass
     return {**out, "body": text}

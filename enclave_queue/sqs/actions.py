@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Optional
 
-from ..envelope import whole_number
+from ..envelope import parse_json, whole_number
 from ..errors import Conflict, EnclaveError, NotFound
 from ..queues.sqs import NotInFlight, ReceiptInvalid, Received, SqsMessages
 from ..service import QueueService
@@ -502,7 +502,7 @@ class Actions:
         if not handle:
             raise missing_parameter("TaskHandle")
         try:
-            opened = json.loads(_untoken(handle, "TaskHandle"))
+            opened = parse_json(_untoken(handle, "TaskHandle"))
             project, name, task_id = str(opened["p"]), str(opened["q"]), str(opened["t"])
         except (ValueError, KeyError, TypeError):
             raise SqsError.modelled("ResourceNotFoundException", "The task handle names no task.") from None

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-from ..envelope import whole_number
+from ..envelope import parse_json, whole_number
 from ..spec import LIMITS, NAME_RULE, PROJECT_PATTERN, QUEUE_NAME_PATTERN
 from .errors import SqsError, invalid_attribute_name, invalid_attribute_value, invalid_parameter, queue_missing
 
@@ -128,7 +128,7 @@ def parse_redrive_policy(value: Any, project: str, name: str) -> tuple[Optional[
     if value in ("", "{}"):
         return None, 0
     try:
-        policy = json.loads(value) if isinstance(value, str) else None
+        policy = parse_json(value) if isinstance(value, str) else None
     except ValueError:
         policy = None
     rule = ('a JSON object {"deadLetterTargetArn": "<queue ARN>", "maxReceiveCount": 1-1000}')

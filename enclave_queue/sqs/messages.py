@@ -19,6 +19,7 @@ import struct
 import uuid
 from typing import Any, Optional
 
+from ..envelope import parse_json
 from .errors import SqsError, invalid_parameter
 
 ATTRIBUTES_HEADER = "Sqs-Message-Attributes"
@@ -134,7 +135,7 @@ def decode_attributes(header: Optional[str]) -> dict[str, dict[str, Any]]:
     if not header:
         return {}
     try:
-        stored = json.loads(header)
+        stored = parse_json(header)
         return {name: ({"DataType": v["DataType"], "BinaryValue": base64.b64decode(v["BinaryValue"])}
                        if "BinaryValue" in v else {"DataType": v["DataType"], "StringValue": str(v["StringValue"])})
                 for name, v in stored.items()}

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 from xml.sax.saxutils import escape
 
+from ..envelope import parse_json
 from .errors import SqsError
 
 JSON_TYPE = "application/x-amz-json-1.0"
@@ -56,7 +57,7 @@ def json_params(body: bytes) -> dict[str, Any]:
     if not body.strip():
         return {}
     try:
-        params = json.loads(body)
+        params = parse_json(body)
     except (ValueError, UnicodeDecodeError):
         params = None
     if not isinstance(params, dict):

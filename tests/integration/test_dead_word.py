@@ -156,6 +156,7 @@ async def test_words_the_mover_cannot_use_move_nothing_and_break_nothing(quiet_s
                      json.dumps({"seq": mine + 0.4, "receive_count": 1}).encode(),
                      b'{"seq": Infinity, "receive_count": 1}', b'{"seq": 1e400, "receive_count": 1}',
                      json.dumps({"seq": mine, "receive_count": 1.5}).encode(),
+                     b"[" * 5000 + b"]" * 5000,  # deeper than the JSON parser goes
                      b"\xff" * 4096):
             await nc.publish(REJECT_SUBJECT, word)
         await nc.flush()
@@ -233,6 +234,8 @@ async def test_a_reject_with_numbers_the_mover_cannot_use_is_refused_naming_the_
                              ({"seq": mine, "error": {"not": "text"}}, "error")):
             answer = json.loads((await nc.request(REJECT_SUBJECT, json.dumps(asked).encode(), timeout=5)).data)
             assert field in answer["error"], (asked, answer)
+        deep = json.loads((await nc.request(REJECT_SUBJECT, b"[" * 5000 + b"]" * 5000, timeout=5)).data)
+        assert "nested too deeply" in deep["error"]
     finally:
         await nc.close()
     assert letters(quiet_stack, f"{unique_name}-dlq") == []

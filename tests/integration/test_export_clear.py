@@ -11,7 +11,7 @@ import pytest
 
 from enclave_queue.client import connect
 from enclave_queue.errors import NotFound
-from tests.helpers import control_connection, eventually, make_queue
+from tests.helpers import control_connection, eventually, make_queue, publish_as_an_app
 
 NACKED_FOR = 30  #: seconds an in-flight message stays handed back (longer than any test)
 
@@ -222,3 +222,12 @@ async def test_export_pages_through_a_queue_larger_than_a_page_and_a_read_batch(
     assert {m["status"] for m in exported} == {"waiting"}
     with stack.admin() as admin:
         assert admin.clear("default", unique_name) == {"waiting": 222, "delayed": 0, "dead": 0}
+
+
+async def test_a_json_body_no_parser_reads_is_exported_as_its_text(stack, unique_name):
+    """Bodies labelled JSON by any client: one that is not JSON, and one nested deeper than a JSON
+    parser goes (which raised past the export: a 500), are exported as their text."""
+    creds = make_queue(stack, unique_name)
+    deep = "[" * 5000 + "]" * 5000
+    await publish_as_an_app(creds, [deep, "not json", '{"fine": 1}'], lambda _: {"Content-Type": "application/json"})
+    assert [m["body"] for m in export(stack, unique_name)] == [deep, "not json", {"fine": 1}]

@@ -7,7 +7,7 @@ import pytest
 
 from enclave_queue.client import connect
 from enclave_queue.errors import NotFound, SpecError
-from tests.helpers import eventually, make_queue
+from tests.helpers import eventually, make_queue, publish_as_an_app
 
 
 async def test_metrics_add_up_after_a_scripted_run(stack, unique_name):
@@ -79,6 +79,21 @@ async def test_dead_letters_of_the_queue_with_retry_and_discard(stack, unique_na
             await letters[1].discard()  # gone already
         with pytest.raises(SpecError, match=r"limit must be an integer from 1 to 100"):
             await queue.dead_letters(limit=0)
+
+
+async def test_a_dead_letter_labelled_json_that_is_not_is_listed_with_its_text(stack, unique_name):
+    """A body any NATS client labelled JSON and did not write as JSON (or nested past what a parser
+    reads) is listed with its text, and does not fail the listing of the others."""
+    dlq = f"{unique_name}-dlq"
+    make_queue(stack, dlq)
+    creds = make_queue(stack, unique_name, max_receives=1, dead_letter_queue=dlq)
+    deep = "[" * 5000 + "]" * 5000
+    await publish_as_an_app(creds, ["not json", deep, '{"n": 3}'], lambda _: {"Content-Type": "application/json"})
+    async with connect(creds) as queue:
+        for _ in range(3):
+            message = await queue.get(timeout_s=2)
+            await message.reject("bad")
+        assert [letter.body for letter in await queue.dead_letters(limit=10)] == ["not json", deep, {"n": 3}]
 
 
 async def test_depth_history_follows_the_queue(stack, unique_name):

@@ -7,8 +7,13 @@ from __future__ import annotations
 import base64
 import json
 
+import httpx
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
 from enclave_queue.client import connect
-from tests.helpers import make_queue
+from tests.helpers import make_queue, publish_as_an_app
 
 
 def test_a_queue_made_through_sqs_is_an_enclave_queue(sqs, stack, unique_name):
@@ -58,3 +63,33 @@ async def test_an_enclave_queue_is_an_sqs_queue(sqs, stack, unique_name):
         message = await queue.get(timeout_s=5)
         assert message is not None and message.body in ("from sqs", b"from sqs")
         await message.ack()
+
+
+async def test_a_nats_client_s_message_with_attributes_sqs_cannot_read_is_received_without_them(sqs, stack, unique_name):
+    """The attributes header of a message stored by any NATS client is that client's to write: one that
+    is not ours, or nested deeper than a JSON parser goes (which raised past the endpoint: 500 at every
+    receive, for every SQS consumer of the queue), is received with no attributes."""
+    creds = make_queue(stack, unique_name)
+    url = sqs.get_queue_url(QueueName=unique_name)["QueueUrl"]
+    await publish_as_an_app(creds, ["[" * 5000 + "]" * 5000, "not json", '{"a": 1}'],
+                            lambda attributes: {"Sqs-Message-Attributes": attributes})
+    got = {}
+    for _ in range(5):
+        for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                     MessageAttributeNames=["All"]).get("Messages", []):
+            got[m["Body"]] = m.get("MessageAttributes")
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        if len(got) == 3:
+            break
+    assert got == {"[" * 5000 + "]" * 5000: None, "not json": None, '{"a": 1}': None}
+
+
+def test_a_request_body_nested_too_deeply_is_a_serialization_error(access_key, endpoint):
+    body = b'{"QueueNamePrefix": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    request = AWSRequest(method="POST", url=endpoint, data=body, headers={
+        "X-Amz-Target": "AmazonSQS.ListQueues", "Content-Type": "application/x-amz-json-1.0"})
+    SigV4Auth(Credentials(access_key["access_key_id"], access_key["secret_access_key"]), "sqs", "us-east-1").add_auth(request)
+    prepared = request.prepare()
+    answer = httpx.post(prepared.url, content=body, headers=dict(prepared.headers))
+    assert answer.status_code == 400
+    assert answer.json()["__type"].endswith("SerializationException")

@@ -1,0 +1,33 @@
+"""The control plane's desk (an app's requests about its own queue, over NATS) answers bad input from
+any client on the queue's own user as an error naming what is wrong, the same as the SDK would
+raise for it, and keeps answering: not a failure of the control plane, and nothing done."""
+
+from __future__ import annotations
+
+import json
+
+from enclave_queue.client import connect
+from enclave_queue.names import DESK_SUBJECT
+from tests.helpers import app_connection, make_queue
+
+
+async def test_bad_requests_are_answered_as_bad_requests_and_the_desk_goes_on(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        await queue.send("kept")
+    async with app_connection(creds) as nc:
+        for verb, body, says in (
+                ("history", b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+                ("history", b"[]", "JSON object"),
+                ("history", b"not json", "Bad request"),
+                ("history", b'{"hours": Infinity}', "hours"),
+                ("history", b'{"hours": 2.5}', "hours"),
+                ("dead_letters", b'{"limit": 1e400}', "limit"),
+                ("discard", b'{"seq": 1.5}', "seq"),
+                ("release", b'{"seq": 1, "receive_count": NaN, "delay_s": 0}', "receive_count")):
+            answer = json.loads((await nc.request(f"{DESK_SUBJECT}.{verb}", body, timeout=5)).data)
+            problem = answer["error"]
+            assert problem["status"] in (400, 422) and says in problem["detail"], (verb, body[:40], problem)
+    async with connect(creds) as queue:  # nothing was done, and the desk still answers
+        assert [m.body for m in await queue.peek()] == ["kept"]
+        assert isinstance(await queue.depth_history(hours=1), list)
