@@ -764,6 +764,8 @@ class Mover:
         queue_id = request.subject.split(".")[1]
         try:
             body = envelope.parse_json(request.data)
+            if not isinstance(body, dict):
+                raise EnclaveError("The request must be a JSON object.")
             subject = str(body.get("subject", ""))  # queue.<project>.<name>: a hint, checked against the id
             record = await self.index.record_of(queue_id, ".".join(subject.split(".")[1:3]) or None)
             if record is None or record.deleting:

@@ -234,8 +234,9 @@ async def test_a_reject_with_numbers_the_mover_cannot_use_is_refused_naming_the_
                              ({"seq": mine, "error": {"not": "text"}}, "error")):
             answer = json.loads((await nc.request(REJECT_SUBJECT, json.dumps(asked).encode(), timeout=5)).data)
             assert field in answer["error"], (asked, answer)
-        deep = json.loads((await nc.request(REJECT_SUBJECT, b"[" * 5000 + b"]" * 5000, timeout=5)).data)
-        assert "nested too deeply" in deep["error"]
+        for sent, says in ((b"[" * 5000 + b"]" * 5000, "nested too deeply"), (b"[1]", "JSON object")):
+            answer = json.loads((await nc.request(REJECT_SUBJECT, sent, timeout=5)).data)
+            assert says in answer["error"]
     finally:
         await nc.close()
     assert letters(quiet_stack, f"{unique_name}-dlq") == []
