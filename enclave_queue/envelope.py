@@ -259,17 +259,12 @@ def one_line(text: str) -> str:
 
 def message_id(headers: dict[str, str], sequence: int) -> int:
     """A message's id: its ``Enclave-Id`` if it is a copy, else the sequence it is stored at."""
-    try:
-        return int(headers.get(ID) or sequence)
-    except ValueError:
-        return sequence
+    number = whole_number(headers.get(ID))
+    return number if number is not None else sequence
 
 
 def prior_attempts(headers: dict[str, str]) -> int:
-    try:
-        return max(int(headers.get(PRIOR_ATTEMPTS) or 0), 0)
-    except ValueError:
-        return 0
+    return max(whole_number(headers.get(PRIOR_ATTEMPTS)) or 0, 0)
 
 
 #: the body codec: bytes travel as they are, str as UTF-8 text, anything else as JSON

@@ -228,9 +228,9 @@ class Mover:
         #: one costs a refused compare-and-set and a read, as before)
         self._counters: dict[str, tuple[QueueCounters, int]] = {}
         #: per (queue key, counter): the moves waiting to be counted, each batch's with the future its
-        #: finish awaits, and those being counted now (one compare-and-set at a time)
+        #: finish awaits (one compare-and-set at a time)
+        #: (a key is there while its tally task runs)
         self._tallies: dict[tuple[str, str], list[tuple[list[str], asyncio.Future[None]]]] = {}
-        self._tallying: set[tuple[str, str]] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._running: set[asyncio.Task[Any]] = set()
         #: per queue id, the dead letters its apps told of (``Session.tell_dead``) waiting for its record
@@ -463,10 +463,10 @@ class Mover:
         (COUNTED_TOGETHER moves at most), rather than each refused for the one before and read again."""
         tally = (key, counter)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._tallies.setdefault(tally, []).append(([f"move:{seq}" for seq in seqs], done))
-        if tally not in self._tallying:
-            self._tallying.add(tally)
+        if (waiting := self._tallies.get(tally)) is None:
+            waiting = self._tallies[tally] = []
             self._spawn(self._tally(key, counter), f"deadletters-count:{key}")
+        waiting.append(([f"move:{seq}" for seq in seqs], done))
         await done
 
     async def _tally(self, key: str, counter: str) -> None:
@@ -490,8 +490,7 @@ class Mover:
                     for _, done in going:
                         if not done.done():
                             done.set_result(None)
-        finally:
-            self._tallying.discard(tally)
+        finally:  # no await from the last look at the waiting to here: nothing is left behind
             for _, done in [*going, *self._tallies.pop(tally, [])]:  # cancelled (a stop): those moves stay put
                 if not done.done():
                     done.cancel()

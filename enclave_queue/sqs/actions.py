@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Optional
 
+from .. import envelope
 from ..envelope import parse_json, whole_number
 from ..errors import Conflict, EnclaveError, NotFound
 from ..queues.sqs import NotInFlight, ReceiptInvalid, Received, SqsMessages
@@ -361,7 +362,7 @@ class Actions:
         headers = message.headers
         body, binary = msgs.body_text(message.data)
         out: dict[str, Any] = {
-            "MessageId": msgs.message_id(headers, record.id, _enclave_id(headers, message.sequence)),
+            "MessageId": msgs.message_id(headers, record.id, envelope.message_id(headers, message.sequence)),
             "ReceiptHandle": message.receipt,
             "MD5OfBody": msgs.body_md5(body.encode()),
             "Body": body,
@@ -546,13 +547,6 @@ class Actions:
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _enclave_id(headers: dict[str, str], sequence: int) -> int:
-    try:
-        return int(headers.get("Enclave-Id") or sequence)
-    except ValueError:
-        return sequence
 
 
 def _system_names(names: list[Any]) -> set[str]:

@@ -3,7 +3,7 @@ the mover, a deadline note) are read, rather than with ``int()``."""
 
 import pytest
 
-from enclave_queue.envelope import whole_number
+from enclave_queue.envelope import message_id, prior_attempts, whole_number
 
 
 @pytest.mark.parametrize(("value", "number"), [
@@ -13,3 +13,11 @@ from enclave_queue.envelope import whole_number
 ])
 def test_a_whole_number_is_digits_or_an_integral_number_and_nothing_int_would_bend(value, number):
     assert whole_number(value) == number
+
+
+@pytest.mark.parametrize(("headers", "id_", "attempts"), [
+    ({}, 7, 0), ({"Enclave-Id": "12", "Enclave-Prior-Attempts": "3"}, 12, 3),
+    ({"Enclave-Id": "1_0", "Enclave-Prior-Attempts": "\u0663"}, 7, 0), ({"Enclave-Prior-Attempts": "-2"}, 7, 0),
+])
+def test_the_headers_any_client_may_write_are_read_as_whole_numbers(headers, id_, attempts):
+    assert (message_id(headers, 7), prior_attempts(headers)) == (id_, attempts)
