@@ -45,7 +45,7 @@ from ..errors import EnclaveError, StorageFull
 from ..metrics.instruments import ControlMetrics
 from ..names import CONTROL_ACCOUNT, stream_name
 from ..state.kv import Store
-from ..state.records import AccountRecord
+from ..state.records import AccountRecord, EarlierPassword
 
 log = logging.getLogger("enclave.controller")
 
@@ -53,6 +53,9 @@ SEAL_PURPOSE = "queue-password"
 WRONG_KEY = ("The master key does not open this data directory's secrets: ENCLAVE_MASTER_KEY or master.key is "
              "not the key the data directory was created with.")
 PUSH_CONCURRENCY = 32  #: account claims pushed at once when many change (start, freeze, thaw)
+#: passwords older than the previous one kept in their grace: rotations in a row (a plan applied
+#: twice) keep each one's promise; past this many, the oldest grace ends early
+MAX_EARLIER = 3
 
 
 def new_account_id() -> str:
@@ -69,6 +72,22 @@ def in_grace(record: AccountRecord, now: Optional[datetime] = None) -> bool:
     """Whether the record's previous password still logs in."""
     return record.previous_hash is not None and record.previous_until is not None and \
         record.previous_until > (now or datetime.now(UTC))
+
+
+def graces(record: AccountRecord, now: Optional[datetime] = None) -> list[EarlierPassword]:
+    """The passwords before the current one that still log in: the previous one (in its grace)
+    and the earlier ones whose graces have not ended, newest first."""
+    now = now or datetime.now(UTC)
+    live = [p for p in record.earlier if p.until > now]
+    if record.previous_hash is not None and record.previous_until is not None and record.previous_until > now:
+        live.insert(0, EarlierPassword(version=record.password_version - 1, hash=record.previous_hash,
+                                       until=record.previous_until))
+    return live
+
+
+def grace_ends(record: AccountRecord) -> list[datetime]:
+    """When each grace the record holds ends (ended ones too, until they are forgotten)."""
+    return ([record.previous_until] if record.previous_until is not None else []) + [p.until for p in record.earlier]
 
 
 class Accounts:
@@ -180,8 +199,7 @@ class Accounts:
         return frozenset(self._pushed)
 
     def _versions(self, record: AccountRecord) -> tuple[int, ...]:
-        return (record.password_version - 1, record.password_version) if in_grace(record) else \
-            (record.password_version,)
+        return (*sorted(p.version for p in graces(record)), record.password_version)
 
     def _claims(self, record: AccountRecord) -> dict[str, object]:
         signers = tuple(self.keys.public(self.keys.queue_signer(record.id, v)) for v in self._versions(record))
@@ -352,10 +370,7 @@ class Accounts:
     async def _check_password(self, record: Optional[AccountRecord], password: str) -> Optional[int]:
         if record is None:
             return None
-        candidates = [(record.password_version, record.password_hash)]
-        if in_grace(record):
-            assert record.previous_hash is not None
-            candidates.append((record.password_version - 1, record.previous_hash))
+        candidates = [(record.password_version, record.password_hash), *((p.version, p.hash) for p in graces(record))]
         for version, hashed in candidates:
             if await asyncio.to_thread(bcrypt.checkpw, password.encode(), hashed.encode()):
                 return version
@@ -386,16 +401,20 @@ class Accounts:
 
     async def rotate(self, account_id: str, grace_seconds: int) -> AccountRecord:
         """A new password for the account; the current one keeps logging in for ``grace_seconds``
-        (0: refused at once, and its connections closed). Returns the updated record."""
+        (0: refused at once, and its connections closed, and so are those of every earlier
+        password still in its grace: an emergency). Otherwise the earlier graces run on (the newest
+        MAX_EARLIER of them). Returns the updated record."""
         record, revision = self._records[account_id]
         password = generate_password()
-        until = datetime.now(UTC) + timedelta(seconds=grace_seconds)
+        now = datetime.now(UTC)
+        until = now + timedelta(seconds=grace_seconds)
         rotated = record.model_copy(update={
             "password_version": record.password_version + 1,
             "password_hash": await asyncio.to_thread(hash_password, password),
             "sealed_password": self.master.seal(password.encode(), SEAL_PURPOSE, account_id),
             "previous_hash": record.password_hash if grace_seconds > 0 else None,
             "previous_until": until if grace_seconds > 0 else None,
+            "earlier": tuple(graces(record, now)[:MAX_EARLIER]) if grace_seconds > 0 else (),
         })
         await self._save(rotated, revision)
         await self.push(rotated)
@@ -408,12 +427,15 @@ class Accounts:
         ``stop_graces``."""
         while True:
             now = datetime.now(UTC)
-            ends = [r.previous_until for r, _ in self._records.values() if r.previous_until is not None]
+            ends = [end for r, _ in self._records.values() for end in grace_ends(r)]
             for record, revision in list(self._records.values()):
-                if record.previous_until is not None and record.previous_until <= now:
+                if any(end <= now for end in grace_ends(record)):
+                    gone = not in_grace(record, now)
                     try:
-                        ended = await self._save(record.model_copy(
-                            update={"previous_hash": None, "previous_until": None}), revision)
+                        ended = await self._save(record.model_copy(update={
+                            "previous_hash": None if gone else record.previous_hash,
+                            "previous_until": None if gone else record.previous_until,
+                            "earlier": tuple(p for p in record.earlier if p.until > now)}), revision)
                         await self.ensure_applied(ended.id)  # pushed at the start already, if it ended meanwhile
                     except (EnclaveError, nats.errors.Error, OSError) as exc:
                         log.warning("could not end the password grace of %s yet: %s", record.id, exc)

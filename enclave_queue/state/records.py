@@ -84,6 +84,16 @@ class QueueStatus(BaseModel):
         )
 
 
+class EarlierPassword(BaseModel):
+    """A password from before the previous one that still logs in, until ``until``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    hash: str = Field(repr=False)
+    until: datetime
+
+
 class AccountRecord(BaseModel):
     """A queue account on the broker and its app user. ``owner`` is the queue key that claimed it;
     ``None`` while it waits in the pool."""
@@ -102,6 +112,9 @@ class AccountRecord(BaseModel):
     #: during a rotation's grace: the previous password's bcrypt hash, and until when it logs in
     previous_hash: Optional[str] = Field(None, repr=False)
     previous_until: Optional[datetime] = None
+    #: passwords older than the previous one whose grace has not ended: a rotation during another
+    #: one's grace keeps the promise that one made (at most MAX_EARLIER, the newest)
+    earlier: tuple[EarlierPassword, ...] = ()
 
 
 class TokenRecord(BaseModel):

@@ -77,6 +77,28 @@ async def test_a_password_change_without_grace_cuts_the_old_passwords_live_conne
     await assert_refused_and_new_works(old, new)
 
 
+async def test_a_rotation_during_another_s_grace_keeps_that_one_s_promise(stack, unique_name):
+    """Two rotations in a row (a plan applied twice): the first password still logs in, and its live
+    connection stays, until the grace the first rotation promised; an emergency rotation (grace 0)
+    then ends every earlier password at once."""
+    first = make_queue(stack, unique_name)
+    raw, ended = await connected(first)
+    with stack.admin() as admin:
+        second = admin.rotate_password("default", unique_name, grace_seconds=600)
+        third = admin.rotate_password("default", unique_name, grace_seconds=600)
+    assert third["password_version"] == 3
+    async with connect(first) as by_first, connect(second) as by_second, connect(third) as by_third:
+        for queue in (by_first, by_second, by_third):
+            await queue.put("logged in")
+    assert not ended.is_set() and await still_works(raw, first)
+    with stack.admin() as admin:
+        fourth = admin.rotate_password("default", unique_name, grace_seconds=0)
+    await asyncio.wait_for(ended.wait(), 10)
+    await raw.close()
+    for old in (first, second, third):
+        await assert_refused_and_new_works(old, fourth)
+
+
 @pytest.mark.parametrize("grace", [-1, 604801, 1.5, "60", True, None])
 def test_a_grace_out_of_range_or_of_the_wrong_type_is_a_422_naming_it(stack, unique_name, grace):
     creds = make_queue(stack, unique_name)
