@@ -246,10 +246,24 @@ def refused_for_schedules(answer: dict[str, Any]) -> bool:
 
 def clean_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
     """A stored message's own headers, without the broker's (``Nats-*``) and ours: what a copy of
-    it (a dead letter, a release, a redrive) starts from."""
+    it (a dead letter, a release, a redrive) starts from. A sender's ``Status`` is its own."""
     return {k: v for k, v in (headers or {}).items()
-            if not k.startswith("Nats-") and k not in DEAD_LETTER_HEADERS and k not in SYSTEM_HEADERS
-            and k not in ("Status", "Description")}
+            if not k.startswith("Nats-") and k not in DEAD_LETTER_HEADERS and k not in SYSTEM_HEADERS}
+
+
+STATUS = "Status"  #: where nats-py puts the code of a broker's status reply (100, 204, 404, 408, 503, …)
+
+
+def broker_status(msg: Any) -> Optional[str]:
+    """The code of a broker's status reply (a pull's or a direct get's end, a heartbeat, "no
+    responders"), or None for a message. nats-py reads a status line into a ``Status`` header,
+    the same name any client may give a header of its own message: a delivery (it has an ack
+    subject to reply to) and a stored message a direct get answers (the broker adds its
+    ``Nats-Sequence``) are messages whatever headers they carry; no status reply has either."""
+    headers = msg.headers
+    if not headers or msg.reply or "Nats-Sequence" in headers:
+        return None
+    return headers.get(STATUS)
 
 
 def one_line(text: str) -> str:
@@ -258,13 +272,18 @@ def one_line(text: str) -> str:
 
 
 def message_id(headers: dict[str, str], sequence: int) -> int:
-    """A message's id: its ``Enclave-Id`` if it is a copy, else the sequence it is stored at."""
+    """A message's id: its ``Enclave-Id`` if it is a copy, else the sequence it is stored at. A copy
+    is stored after what it copies, so an id that is not a sequence before its own is not one."""
     number = whole_number(headers.get(ID))
-    return number if number is not None else sequence
+    return number if number is not None and 1 <= number <= sequence else sequence
+
+
+MAX_PRIOR_ATTEMPTS = 1_000_000  #: attempts a copy may say were spent before it; past this, none
 
 
 def prior_attempts(headers: dict[str, str]) -> int:
-    return max(whole_number(headers.get(PRIOR_ATTEMPTS)) or 0, 0)
+    number = whole_number(headers.get(PRIOR_ATTEMPTS)) or 0
+    return number if 0 <= number <= MAX_PRIOR_ATTEMPTS else 0
 
 
 #: the body codec: bytes travel as they are, str as UTF-8 text, anything else as JSON

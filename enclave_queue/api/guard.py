@@ -9,7 +9,11 @@ anything reads a request's body.
 2. Every request body is limited: a declared ``Content-Length`` over the limit is answered 413
    at once, and the bytes actually received are counted as the app reads them (a chunked upload
    has no length to declare), so the app never holds more than the limit. The limit covers the
-   largest legitimate request, so the JSON parse that follows is bounded too.
+   largest legitimate request, so the JSON parse that follows is bounded too. An app mounted
+   beside the API that answers in words of its own (the SQS endpoint: SQS's errors, which its
+   clients read) names its paths' limit in ``app.state.own_body_limits`` (``{path prefix:
+   bytes}``): its first read of a body over it raises ``BodyTooLarge``, nothing read, and it
+   answers that itself.
 
 Both answers are JSON problems (problems.py).
 """
@@ -48,6 +52,14 @@ def needs_token(path: str) -> bool:
 def body_limit(method: str, path: str) -> int:
     """The largest body, in bytes, a request to ``path`` may carry."""
     return SEND_BODY_LIMIT if method == "POST" and SEND_PATH.fullmatch(path) else BODY_LIMIT
+
+
+def own_body_limit(scope: Scope) -> int | None:
+    """The body limit of a mounted app that answers a body over it itself, if the path is its."""
+    app = scope.get("app")
+    limits: dict[str, int] = getattr(getattr(app, "state", None), "own_body_limits", None) or {}
+    path = scope["path"]
+    return next((limit for prefix, limit in limits.items() if path == prefix or path.startswith(prefix + "/")), None)
 
 
 class BodyTooLarge(HTTPException):
@@ -90,12 +102,15 @@ class RequestGuard:
             except EnclaveError as exc:
                 await problems.from_error(exc)(scope, receive, send)
                 return
-        limit = body_limit(scope["method"], scope["path"])
+        own = own_body_limit(scope)
+        limit = body_limit(scope["method"], scope["path"]) if own is None else own
         declared = _declared_length(scope)
-        if declared is not None and declared > limit:
-            await self._too_large(limit)(scope, receive, send)
-            return
         received = 0
+        if declared is not None and declared > limit:
+            if own is None:
+                await self._too_large(limit)(scope, receive, send)
+                return
+            received = declared  # its app's first read raises, before a byte is read
         started = False
 
         async def limited_receive() -> Message:

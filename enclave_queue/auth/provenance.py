@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from .. import envelope
 from .secrets import MasterKey
 
+COPY_KINDS = ("dlq", "redrive")  #: the kinds of the control plane's copy ids (``<kind>:<32 hex>``)
+COPY_DIGEST = 32  #: hex digits of a copy id's MAC
 PURPOSE = "dead-letter-provenance"
 VERSION = "v1"
 #: the headers a MAC vouches for, in the order they are signed
@@ -69,7 +71,7 @@ class Provenance:
         return {k: v for k, v in headers.items() if k not in FIELDS and k != envelope.PROVENANCE}
 
     def _id(self, kind: str, *parts: str) -> str:
-        return f"{kind}:{self._digest(kind, *parts).hex()[:32]}"
+        return f"{kind}:{self._digest(kind, *parts).hex()[:COPY_DIGEST]}"
 
     def move_id(self, source_id: str, sequence: int) -> str:
         """The ``Nats-Msg-Id`` of the mover's copy of message ``sequence`` of queue ``source_id``."""
@@ -84,3 +86,10 @@ class Provenance:
             origin = (headers.get(envelope.SOURCE_PROJECT, ""), headers.get(envelope.SOURCE_QUEUE, ""), source)
             return self._id("redrive", dlq_id, *origin)
         return self._id("redrive", dlq_id, str(sequence))
+
+
+def is_copy_id(msg_id: str) -> bool:
+    """Whether a ``Nats-Msg-Id`` is one the control plane gave a copy of its own (a dead letter, a
+    redriven message), not a dedupe key a sender chose."""
+    kind, colon, digest = msg_id.partition(":")
+    return bool(colon) and kind in COPY_KINDS and len(digest) == COPY_DIGEST

@@ -21,6 +21,7 @@ from typing import Any, Optional
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from ..envelope import broker_status
 from ..errors import BrokerUnavailable
 from ..retry import RETRY_WINDOW
 
@@ -113,7 +114,7 @@ async def _direct_batch_once(nc: Client, subject: str, request: bytes,
 
     def collect(msg: Msg) -> None:
         headers = dict(msg.headers or {})
-        if "Status" not in headers:
+        if broker_status(msg) is None:  # a stored message, whatever headers its sender gave it
             stamp = headers.get("Nats-Time-Stamp")
             found.append(Stored(int(headers["Nats-Sequence"]), msg.data or b"", headers, stamp))
         elif not done.done():  # 204: end of batch; 404: nothing (more); 503: no responders

@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 from .. import envelope
 from ..names import lane_consumer
 from . import acks
-from .session import STATUS, Backoff, Pull, Session
+from .session import Backoff, Pull, Session
 
 #: seconds one pull request waits at most: a longer wait is asked in pieces, each sent when the last
 #: ended, so a pull request the broker forgot (it restarted) costs at most this much of a wait
@@ -69,8 +69,7 @@ async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 
     messages = waiter.messages
 
     def collect(msg: Msg) -> None:
-        headers = msg.headers
-        status = headers.get(STATUS) if headers else None
+        status = envelope.broker_status(msg)
         if status is None:
             messages.append(msg)
             if len(messages) < batch:
@@ -172,7 +171,7 @@ async def _until(loop: asyncio.AbstractEventLoop, ended: asyncio.Future[None], r
 
 def _stray(session: Session, msg: Msg) -> None:
     """A delivery while no pull holds the inbox (nothing should be left to answer): given back."""
-    if not (msg.headers and msg.headers.get(STATUS)):
+    if envelope.broker_status(msg) is None:
         acks.orphaned(session, [msg])
 
 
@@ -196,7 +195,7 @@ async def pull_any(session: Session, levels: tuple[int, ...], wait: float) -> li
     over = False  #: the poll returned: what arrives now is given back
 
     async def collect(msg: Msg) -> None:
-        status = msg.headers.get(STATUS) if msg.headers else None
+        status = envelope.broker_status(msg)
         if over:
             _stray(session, msg)
             return

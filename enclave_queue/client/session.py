@@ -48,7 +48,6 @@ RETRY_WINDOW = 3.0  #: seconds to keep asking a request nobody answered (a reloa
 RESEND_AFTER = 2.0  #: seconds without an answer before a put or an acknowledgement is sent again
 FIRST_PAUSE = 0.01  #: seconds before the first try again after "no responders"
 LAST_PAUSE = 0.25  #: seconds between tries again at most (the pause doubles up to it)
-STATUS = "Status"  #: the header of the broker's status replies (100, 204, 404, 408, 503, …)
 #: seconds a reconnect may go on being refused before the credentials count as revoked: the broker
 #: refuses every login while the control plane's auth callout is away (a broker restart it has not
 #: caught up with, a control process restarting), which says nothing about the credentials
@@ -57,7 +56,7 @@ REFUSED_RECONNECT_GRACE = 30.0
 
 def unavailable(msg: Msg) -> bool:
     """Whether a reply is the broker's "no responders" (status 503)."""
-    return bool(msg.headers) and msg.headers.get(STATUS) == "503"
+    return envelope.broker_status(msg) == "503"
 
 
 class Backoff:
@@ -265,7 +264,7 @@ class Session:
         pull = Pull(limit, loop.create_future())  # failed by a permission denial or close
 
         async def collect(msg: Msg) -> None:
-            status = msg.headers.get(STATUS) if msg.headers else None
+            status = envelope.broker_status(msg)
             if status is None:
                 pull.messages.append(msg)
                 return

@@ -24,6 +24,7 @@ from nats.nuid import NUID
 
 from ..auth.secrets import MasterKey, SealError
 from ..broker.connection import BrokerConnection, delete_message, publish_into, stored_seq
+from ..broker.pull import pull
 from ..envelope import (
     DEAD_GRACE,
     DELAY_RULE,
@@ -71,9 +72,6 @@ log = logging.getLogger("enclave.service")
 RECEIPT_PURPOSE = "receipt"
 SEND_TIMEOUT = 5.0  #: seconds
 PRIORITY_POLL = 0.1  #: seconds between looks at every priority lane while a receive by hand waits
-#: seconds one pull of a receive by hand waits at most: a longer wait sends another, so a broker
-#: restarted meanwhile (which forgets pending pulls) is asked again
-PULL_SECONDS = 2.0
 
 
 def sender_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -208,28 +206,13 @@ class Messages:
 
     async def _take(self, record: QueueRecord, consumer: str, count: int, wait: float) -> list[Any]:
         """Up to ``count`` messages from one consumer, waiting up to ``wait`` seconds for the first."""
-        async with self.conn.account(record.id) as nc:  # held while the pull subscription lives
-            return await self._take_on(nc.jetstream(timeout=5), record, consumer, count, wait)
-
-    async def _take_on(self, js: Any, record: QueueRecord, consumer: str, count: int, wait: float) -> list[Any]:
-        try:
-            sub = await retry_unavailable(lambda: js.pull_subscribe_bind(consumer, stream=stream_name(record.id)))
-        except UNAVAILABLE:
-            raise not_ready(record) from None
-        deadline = time.monotonic() + max(wait, 0.05)
-        try:
-            while True:  # pulls of at most PULL_SECONDS: a restarted broker forgets a pending one
-                left = deadline - time.monotonic()
-                try:
-                    return await sub.fetch(count, timeout=max(min(left, PULL_SECONDS), 0.05))
-                except (nats.errors.TimeoutError, TimeoutError):  # nats-py raises either when nothing came
-                    if deadline - time.monotonic() < 0.05:
-                        return []
-        except UNAVAILABLE:  # nobody answers for the consumer: the broker is loading the account
-            raise not_ready(record) from None
-        finally:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
+        async with self.conn.account(record.id) as nc:
+            try:
+                until = time.monotonic() + wait  # a pull asked again (no responders) waits only what is left
+                return await retry_unavailable(lambda: pull(nc, stream_name(record.id), consumer, count,
+                                                            max(until - time.monotonic(), 0.0)))
+            except UNAVAILABLE:  # nobody answers for the consumer: the broker is loading the account
+                raise not_ready(record) from None
 
     async def _take_by_priority(self, record: QueueRecord, count: int, wait: float) -> list[Any]:
         """Up to ``count`` messages, the highest priority lane first. The lanes' consumers say

@@ -28,8 +28,10 @@ import nats.errors
 
 from ..auth.secrets import MasterKey, SealError
 from ..broker.connection import BrokerConnection
+from ..broker.direct import direct_batch, direct_get_subject
+from ..broker.pull import pull
 from ..envelope import DEAD_GRACE, ENQUEUED_AT, deadline_of, delay_subjects, last_receive, nak_payload, parse_time
-from ..errors import BrokerUnavailable, Conflict, SpecError
+from ..errors import BrokerUnavailable, Conflict, NotFound, SpecError
 from ..names import CONSUMER, stream_name
 from ..retry import UNAVAILABLE, retry_unavailable
 from ..spec import subject_for
@@ -40,7 +42,6 @@ from .lookup import not_ready
 from .messages import Messages, settle, tell_mover
 
 RECEIPT_PURPOSE = "sqs-receipt"
-PULL_SECONDS = 2.0  #: seconds one pull waits at most (a restarted broker forgets a pending pull)
 #: seconds taken off a lease as the endpoint counts it: the broker's lease began when it delivered
 #: the message, a moment before the endpoint saw it, and must never end before the endpoint's does
 LEASE_MARGIN = 0.25
@@ -53,6 +54,10 @@ class ReceiptInvalid(SpecError):
 
 class NotInFlight(Conflict):
     """A receipt handle whose lease is over (or was replaced by a later receive)."""
+
+
+class MessageGone(NotFound):
+    """A receipt handle whose message is no longer stored (deleted, purged, dead-lettered)."""
 
 
 @dataclass
@@ -117,25 +122,12 @@ class SqsMessages:
 
     async def _take(self, record: QueueRecord, count: int, wait: float) -> list[Any]:
         async with self.conn.account(record.id) as nc:
-            js = nc.jetstream(timeout=5)
             try:
-                sub = await retry_unavailable(lambda: js.pull_subscribe_bind(CONSUMER, stream=stream_name(record.id)))
+                until = time.monotonic() + wait  # a pull asked again (no responders) waits only what is left
+                return await retry_unavailable(lambda: pull(nc, stream_name(record.id), CONSUMER, count,
+                                                            max(until - time.monotonic(), 0.0)))
             except UNAVAILABLE:
                 raise not_ready(record) from None
-            deadline = time.monotonic() + max(wait, 0.05)
-            try:
-                while True:
-                    left = deadline - time.monotonic()
-                    try:
-                        return await sub.fetch(count, timeout=max(min(left, PULL_SECONDS), 0.05))
-                    except (nats.errors.TimeoutError, TimeoutError):
-                        if deadline - time.monotonic() < 0.05:
-                            return []
-            except UNAVAILABLE:
-                raise not_ready(record) from None
-            finally:
-                with contextlib.suppress(nats.errors.Error):
-                    await sub.unsubscribe()
 
     @staticmethod
     def _queue_lease(record: QueueRecord, receive_count: int) -> int:
@@ -190,13 +182,15 @@ class SqsMessages:
 
     async def change_visibility(self, record: QueueRecord, receipt: str, timeout: int) -> None:
         """Hide the message for ``timeout`` seconds from now (0: visible again at once).
-        ReceiptInvalid, or NotInFlight once its lease is over."""
+        ReceiptInvalid, NotInFlight once its lease is over, MessageGone once it is not stored."""
         sealed = self._open(record, receipt)
         until = self._live_until(record, sealed)
         now = time.time()
         if until is None or now > until:
             raise NotInFlight(f"The message of this receipt handle is not in flight on queue '{record.spec.name}': "
                               "its visibility timeout has ended (it may have been received again).")
+        if not await self._stored(record, sealed["s"]):  # a nak of it would be answered all the same
+            raise MessageGone(f"The message of this receipt handle is no longer on queue '{record.spec.name}'.")
         # visible again at once after its last receive: dead now, so the mover is told (messages.py)
         dead = timeout == 0 and last_receive(sealed["n"], record.spec.max_receives)
         await settle(self.conn, record, sealed["r"], self._nak(record, DEAD_GRACE if dead else timeout, sealed["n"]),
@@ -206,6 +200,12 @@ class SqsMessages:
         known = self._leases.get((record.id, sealed["s"]))
         self._remember(record.id, sealed["s"], Lease(sealed["n"], now + timeout - LEASE_MARGIN,
                                                      known.first_received if known else None))
+
+    async def _stored(self, record: QueueRecord, seq: int) -> bool:
+        async with self.conn.account(record.id) as nc:
+            batch = await direct_batch(nc, direct_get_subject(stream_name(record.id)), {"seq": seq, "batch": 1},
+                                       f"message {seq} of queue '{record.spec.name}'")
+        return bool(batch.messages) and batch.messages[0].sequence == seq
 
     async def delete(self, record: QueueRecord, receipt: str) -> bool:
         """Delete the message of a receipt handle; whether it was (False: its lease was over, so it

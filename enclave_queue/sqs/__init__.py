@@ -13,7 +13,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.routing import Route
 
-from .endpoint import PATH, SqsEndpoint
+from .endpoint import BODY_LIMIT, PATH, SqsEndpoint
 from .routes import router
 
 
@@ -21,6 +21,8 @@ def install(app: FastAPI) -> None:
     """Mount the endpoint at ``/sqs`` (the SDKs' endpoint) and below it (queue URLs, where older
     SDKs post), and add the access-key routes to the API."""
     app.include_router(router)
+    # a body over the limit is answered by the endpoint, as an SQS error (api/guard.py)
+    app.state.own_body_limits = {**getattr(app.state, "own_body_limits", {}), PATH: BODY_LIMIT}
     endpoint = SqsEndpoint()
     app.router.routes.append(Route(PATH, endpoint=endpoint))  # the path itself, without a redirect to "/sqs/"
     app.mount(PATH, endpoint)

@@ -22,16 +22,17 @@ from datetime import datetime
 from typing import Any, Optional
 
 from .. import envelope
+from ..auth.provenance import is_copy_id
 from ..envelope import parse_json, whole_number
 from ..errors import Conflict, EnclaveError, NotFound
-from ..queues.sqs import NotInFlight, ReceiptInvalid, Received, SqsMessages
+from ..queues.sqs import MessageGone, NotInFlight, ReceiptInvalid, Received, SqsMessages
 from ..service import QueueService
 from ..spec import DEFAULT_PROJECT, parse_patch, parse_spec
 from ..state.queries import dead_letter_users
 from ..state.records import QueueRecord, SqsQueueRecord, now
 from . import attributes as attrs
 from . import messages as msgs
-from .errors import SqsError, access_denied, from_enclave, invalid_parameter, missing_parameter
+from .errors import BROKER_ERRORS, SqsError, access_denied, from_enclave, invalid_parameter, missing_parameter
 from .keys import AccessKey
 
 OWN_CACHE = 2.0  #: seconds a queue's SQS record (DelaySeconds, the receive wait) is read from memory
@@ -354,7 +355,11 @@ class Actions:
         wait = _int(params, "WaitTimeSeconds", 0, attrs.MAX_WAIT_SECONDS, own.receive_wait_seconds if own else 0) or 0
         system = _system_names([*(params.get("AttributeNames") or ()), *(params.get("MessageSystemAttributeNames") or ())])
         wanted_attributes = params.get("MessageAttributeNames")
-        received = await self.messages.receive(record, count, wait, visibility)
+        try:
+            received = await self.messages.receive(record, count, wait, visibility)
+        except (EnclaveError, *BROKER_ERRORS):  # the queue deleted while the receive waited: QueueDoesNotExist
+            await self.service.lookup.live(project, name)
+            raise
         return {"Messages": [self._message(record, m, system, wanted_attributes) for m in received]}
 
     def _message(self, record: QueueRecord, message: Received, system: set[str],
@@ -373,7 +378,7 @@ class Actions:
             "ApproximateFirstReceiveTimestamp": str(int((message.first_received or (
                 message.sent_at.timestamp() if message.sent_at else 0)) * 1000)),
             "SenderId": headers.get(msgs.SENDER_HEADER),
-            "MessageDeduplicationId": headers.get("Nats-Msg-Id"),
+            "MessageDeduplicationId": _dedupe_id(headers),
             "AWSTraceHeader": headers.get(msgs.TRACE_HEADER),
         }
         chosen = {k: v for k, v in values.items() if k in system and v is not None}
@@ -424,6 +429,10 @@ class Actions:
             raise _bad_receipt(receipt) from None
         except NotInFlight as exc:
             raise SqsError.modelled("MessageNotInflight", exc.message) from None
+        except MessageGone:  # SQS's words for it
+            raise SqsError("InvalidParameterValue", f"Value {receipt} for parameter ReceiptHandle is invalid. Reason: "
+                                                    "Message does not exist or is not available for visibility "
+                                                    "timeout change.") from None
         return {}
 
     async def change_visibility(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
@@ -547,6 +556,12 @@ class Actions:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _dedupe_id(headers: dict[str, str]) -> Optional[str]:
+    """The dedupe key a message was sent with; not the id the control plane gave a copy it made."""
+    msg_id = headers.get("Nats-Msg-Id")
+    return None if msg_id is None or is_copy_id(msg_id) else msg_id
 
 
 def _system_names(names: list[Any]) -> set[str]:

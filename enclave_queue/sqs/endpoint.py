@@ -19,8 +19,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import nats.errors
-import nats.js.errors
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -32,7 +30,7 @@ from ..service import QueueService
 from ..web.plane import plane
 from . import sigv4, wire
 from .actions import Actions, Caller
-from .errors import SqsError, from_enclave
+from .errors import BROKER_ERRORS, SqsError, from_enclave
 from .keys import AccessKeys
 
 log = logging.getLogger("enclave.sqs")
@@ -40,8 +38,10 @@ log = logging.getLogger("enclave.sqs")
 PATH = "/sqs"  #: where the endpoint is mounted: an SDK's endpoint URL is the API's URL + this
 DEFAULT_REGION = "us-east-1"
 REGION_ENV = "ENCLAVE_SQS_REGION"
-#: what a broker that does not answer raises inside an action
-BROKER_ERRORS = (TimeoutError, nats.errors.Error, nats.js.errors.Error)
+#: bytes of a request: a batch of messages of 1 MiB in all (SQS's limit, MAX_BATCH_BYTES), form
+#: encoded (3 bytes a byte of UTF-8 past ASCII) or JSON escaped (``\uXXXX``: 6 bytes for 2), with
+#: Binary attributes in base64 on top, fits; past it, any action's request is refused unread
+BODY_LIMIT = 8 * 1024 * 1024
 
 
 def regions_from_env() -> tuple[str, frozenset[str]]:
@@ -93,8 +93,10 @@ class SqsEndpoint:
         action = ""
         try:
             action, response = await self._answer(request, protocol, request_id)
-        except HTTPException:  # the request guard's own (a body over the limit): it answers it
-            raise
+        except HTTPException as exc:  # the request guard's (api/guard.py): a body over BODY_LIMIT
+            if exc.status_code != 413:
+                raise
+            response = self._error(protocol, self._too_large(request, protocol), request_id, action)
         except SqsError as exc:
             response = self._error(protocol, exc, request_id, action)
         except EnclaveError as exc:
@@ -147,6 +149,21 @@ class SqsEndpoint:
                                     headers={"x-amzn-RequestId": request_id})
         return action, Response(wire.render_query(action, result, request_id), media_type=wire.XML_TYPE,
                                 headers={"x-amzn-RequestId": request_id})
+
+    @staticmethod
+    def _too_large(request: Request, protocol: str) -> SqsError:
+        """A body over BODY_LIMIT, unread: SQS's error for a batch of it (when the action is
+        known without the body: the JSON protocol's target, a query string's Action), or for
+        a parameter too long."""
+        if protocol == "json":
+            action = request.headers["x-amz-target"].removeprefix(wire.TARGET_PREFIX)
+        else:
+            action = request.query_params.get("Action", "")
+        if action.endswith("Batch"):
+            return SqsError.modelled("BatchRequestTooLong", f"Batch requests cannot be longer than {BODY_LIMIT} "
+                                                            "bytes on the wire.")
+        return SqsError("InvalidParameterValue", f"The request is longer than the {BODY_LIMIT} bytes the endpoint "
+                                                 "accepts.")
 
     @staticmethod
     def _base_url(request: Request) -> str:

@@ -9,6 +9,9 @@ protocol.py renders it; actions.py raises it, or lets ``from_enclave`` translate
 
 from __future__ import annotations
 
+import nats.errors
+import nats.js.errors
+
 from ..errors import (
     BrokerUnavailable,
     Conflict,
@@ -22,6 +25,9 @@ from ..errors import (
     Timeout,
     Unauthorized,
 )
+
+#: what a broker that does not answer raises inside an action
+BROKER_ERRORS = (TimeoutError, nats.errors.Error, nats.js.errors.Error)
 
 #: the JSON ``__type`` prefix of SQS's modelled errors, and of the errors every AWS service shares
 SQS_NAMESPACE = "com.amazonaws.sqs#"

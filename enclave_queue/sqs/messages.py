@@ -17,6 +17,7 @@ import json
 import re
 import struct
 import uuid
+from decimal import Decimal
 from typing import Any, Optional
 
 from ..envelope import parse_json
@@ -33,7 +34,9 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 _TYPE = re.compile(r"(String|Number|Binary)(\..+)?", re.DOTALL)
 #: the characters SQS accepts in a body or string attribute (XML 1.0's)
 _INVALID = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+_NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,6})?")
+MAX_NUMBER_DIGITS = 38  #: significant digits of a Number attribute
+MIN_NUMBER_EXPONENT, MAX_NUMBER_EXPONENT = -128, 126  #: its size, as powers of ten
 
 
 def check_body(body: Any) -> bytes:
@@ -95,10 +98,23 @@ def check_attributes(attributes: Any, kind: str = "message attribute") -> dict[s
                                     "StringValue.")
         if _INVALID.search(text):
             raise invalid_parameter(f"The {kind} '{name}' holds a character SQS does not allow.")
-        if match.group(1) == "Number" and not _NUMBER.fullmatch(text.strip()):
-            raise invalid_parameter(f"Can't cast the value of {kind} '{name}' to a number.")
+        if match.group(1) == "Number":
+            _check_number(text, kind, name)
         checked[name] = {"DataType": dtype, "StringValue": text}
     return checked
+
+
+def _check_number(text: str, kind: str, name: str) -> None:
+    """SQS's rule for a Number: at most 38 significant digits, from 10^-128 to 10^126 in size."""
+    if not _NUMBER.fullmatch(text.strip()):
+        raise invalid_parameter(f"Can't cast the value of {kind} '{name}' to a number.")
+    number = Decimal(text.strip())  # exact: no context rounds it
+    digits = "".join(map(str, number.as_tuple().digits)).strip("0")
+    if digits and (len(digits) > MAX_NUMBER_DIGITS
+                   or not MIN_NUMBER_EXPONENT <= number.adjusted() <= MAX_NUMBER_EXPONENT):
+        raise invalid_parameter(f"The value of {kind} '{name}' is not a number SQS takes: at most "
+                                f"{MAX_NUMBER_DIGITS} significant digits, from 10^{MIN_NUMBER_EXPONENT} to "
+                                f"10^{MAX_NUMBER_EXPONENT}.")
 
 
 def attributes_md5(attributes: dict[str, dict[str, Any]]) -> Optional[str]:

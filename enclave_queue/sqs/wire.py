@@ -116,10 +116,23 @@ def query_params(form: str) -> tuple[str, dict[str, Any]]:
     return action, params
 
 
+#: the actions whose answer has no result element (every other's has one, empty or not: the SDKs
+#: read the element itself)
+NO_RESULT = frozenset({"DeleteMessage", "ChangeMessageVisibility", "DeleteQueue", "PurgeQueue", "SetQueueAttributes",
+                       "TagQueue", "UntagQueue", "AddPermission", "RemovePermission"})
+#: what XML escapes beyond ``&<>``: a carriage return written as itself is read back as a line feed
+#: (XML's end-of-line handling), so a body with one would arrive changed and fail its MD5
+XML_ENTITIES = {"\r": "&#xD;"}
+
+
+def _text(value: Any) -> str:
+    return escape(str(value), XML_ENTITIES)
+
+
 def _scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    return escape(str(value))
+    return _text(value)
 
 
 def _element(name: str, value: Any, item_names: dict[str, str]) -> str:
@@ -127,7 +140,7 @@ def _element(name: str, value: Any, item_names: dict[str, str]) -> str:
         return ""
     if name in RESULT_MAPS and isinstance(value, dict):
         element, key_name, value_name = RESULT_MAPS[name]
-        return "".join(f"<{element}><{key_name}>{escape(str(k))}</{key_name}>"
+        return "".join(f"<{element}><{key_name}>{_text(k)}</{key_name}>"
                        f"{_element(value_name, v, item_names)}</{element}>" for k, v in value.items())
     if isinstance(value, list):
         element = item_names.get(name) or RESULT_LISTS.get(name, name)
@@ -142,14 +155,14 @@ def render_query(action: str, result: dict[str, Any], request_id: str) -> bytes:
     """The query protocol's answer to ``action``: its result members as XML."""
     items = {"Successful": f"{action}ResultEntry"}
     inner = "".join(_element(k, v, items) for k, v in result.items())
-    body = f"<{action}Result>{inner}</{action}Result>" if result else ""
+    body = "" if action in NO_RESULT and not inner else f"<{action}Result>{inner}</{action}Result>"
     return (f'<?xml version="1.0"?><{action}Response xmlns="{XMLNS}">{body}'
             f"<ResponseMetadata><RequestId>{request_id}</RequestId></ResponseMetadata></{action}Response>").encode()
 
 
 def render_query_error(error: SqsError, request_id: str) -> bytes:
     return (f'<?xml version="1.0"?><ErrorResponse xmlns="{XMLNS}"><Error><Type>{error.fault}</Type>'
-            f"<Code>{escape(error.code)}</Code><Message>{escape(error.message)}</Message><Detail/></Error>"
+            f"<Code>{_text(error.code)}</Code><Message>{_text(error.message)}</Message><Detail/></Error>"
             f"<RequestId>{request_id}</RequestId></ErrorResponse>").encode()
 
 

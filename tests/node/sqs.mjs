@@ -156,6 +156,34 @@ async function redrive() {
   return out;
 }
 
-const scenarios = { lifecycle, refusals, redrive };
+// What an SDK reads in edge cases: answers with nothing in them, bodies and attributes with carriage
+// returns (the SDK checks MD5OfBody on receive), a mebibyte batch, a deleted message's visibility.
+async function edges() {
+  const out = {};
+  const url = (await send(sdk.CreateQueueCommand, { QueueName: input.queue })).QueueUrl;
+  out.no_policy = (await send(sdk.GetQueueAttributesCommand, { QueueUrl: url, AttributeNames: ["RedrivePolicy"] }))
+    .Attributes ?? null;
+  out.no_tags = (await send(sdk.ListQueueTagsCommand, { QueueUrl: url })).Tags ?? null;
+  const body = "line\rreturn\r\nand feed\n";
+  await send(sdk.SendMessageCommand, { QueueUrl: url, MessageBody: body,
+    MessageAttributes: { note: { DataType: "String", StringValue: "a\rb" } } });
+  const got = await send(sdk.ReceiveMessageCommand, { QueueUrl: url, WaitTimeSeconds: 2, MessageAttributeNames: ["All"] });
+  const message = got.Messages[0];
+  out.body_kept = message.Body === body;
+  out.attribute_kept = message.MessageAttributes.note.StringValue === "a\rb";
+  await send(sdk.DeleteMessageCommand, { QueueUrl: url, ReceiptHandle: message.ReceiptHandle });
+  out.gone = await refusal(send(sdk.ChangeMessageVisibilityCommand, {
+    QueueUrl: url, ReceiptHandle: message.ReceiptHandle, VisibilityTimeout: 10 }));
+  const big = "é".repeat(131000);
+  const batch = await send(sdk.SendMessageBatchCommand, {
+    QueueUrl: url, Entries: [0, 1, 2, 3].map((i) => ({ Id: `b${i}`, MessageBody: big })) });
+  out.big_batch = (batch.Successful ?? []).length;
+  out.too_long = await refusal(send(sdk.SendMessageBatchCommand, {
+    QueueUrl: url, Entries: [0, 1, 2, 3, 4].map((i) => ({ Id: `b${i}`, MessageBody: big })) }));
+  await send(sdk.DeleteQueueCommand, { QueueUrl: url });
+  return out;
+}
+
+const scenarios = { lifecycle, refusals, redrive, edges };
 const result = await scenarios[process.argv[2]]();
 process.stdout.write(JSON.stringify(result));

@@ -227,6 +227,9 @@ def test_a_redrive_policy_dead_letters_and_a_move_task_brings_it_back(sqs, uniqu
 
     assert until(dead, timeout=20) == ["poison"]
     assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", []) == []
+    (letter,) = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1, VisibilityTimeout=0,
+                                    MessageSystemAttributeNames=["All"])["Messages"]
+    assert "MessageDeduplicationId" not in letter["Attributes"]  # the mover's copy id is not the sender's key
 
     handle = sqs.start_message_move_task(SourceArn=dlq_arn)["TaskHandle"]
     assert handle
@@ -250,8 +253,11 @@ def test_purge_removes_waiting_in_flight_and_delayed_messages(sqs, unique_name):
     url = new_queue(sqs, unique_name)
     sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(5)])
     sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=600)
-    assert len(sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"]) == 1
+    (taken,) = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"]
     sqs.purge_queue(QueueUrl=url)
+    refused = error_of(sqs.change_message_visibility, QueueUrl=url, ReceiptHandle=taken["ReceiptHandle"],
+                       VisibilityTimeout=30)
+    assert (refused["Code"], refused["status"]) == ("InvalidParameterValue", 400)
     counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert [counts[f"ApproximateNumberOfMessages{k}"] for k in ("", "NotVisible", "Delayed")] == ["0", "0", "0"]
     sqs.send_message(QueueUrl=url, MessageBody="after")
@@ -344,3 +350,60 @@ def test_a_running_move_task_is_listed_and_cancelled(sqs, unique_name):
     assert "TaskHandle" not in cancelled
     not_a_dlq = error_of(sqs.start_message_move_task, SourceArn=arn)
     assert not_a_dlq["Code"] == "InvalidParameterValue" and "dead-letter queue" in not_a_dlq["Message"]
+
+
+def test_a_deleted_message_s_visibility_cannot_be_changed(sqs, unique_name):
+    """As SQS: the handle is valid, but its message does not exist any more (a nak of it would be
+    confirmed all the same, so the endpoint looks)."""
+    url = new_queue(sqs, unique_name)
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "a"}, {"Id": "b", "MessageBody": "b"}])
+    taken = []
+    for _ in range(5):
+        taken += sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+        if len(taken) == 2:
+            break
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=taken[0]["ReceiptHandle"])
+    refused = error_of(sqs.change_message_visibility, QueueUrl=url, ReceiptHandle=taken[0]["ReceiptHandle"],
+                       VisibilityTimeout=60)
+    assert refused["Code"] == "InvalidParameterValue" and "does not exist" in refused["Message"]
+    changed = sqs.change_message_visibility_batch(QueueUrl=url, Entries=[
+        {"Id": "gone", "ReceiptHandle": taken[0]["ReceiptHandle"], "VisibilityTimeout": 60},
+        {"Id": "held", "ReceiptHandle": taken[1]["ReceiptHandle"], "VisibilityTimeout": 60}])
+    assert [e["Id"] for e in changed["Successful"]] == ["held"]
+    assert [(e["Id"], e["Code"]) for e in changed["Failed"]] == [("gone", "InvalidParameterValue")]
+
+
+def test_a_batch_of_a_mebibyte_fits_however_it_is_encoded_and_a_larger_request_is_an_sqs_error(sqs, unique_name):
+    """SQS takes 1 MiB of messages in a batch; JSON escapes each "é" (2 bytes) as 6, so such a batch
+    is 3 MiB on the wire. A request past the endpoint's limit is refused unread, as SQS's error."""
+    url = new_queue(sqs, unique_name)
+    body = "é" * 131_000  # 262,000 bytes, under the default MaximumMessageSize
+    answer = sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": body} for i in range(4)])
+    assert len(answer["Successful"]) == 4
+    too_long = error_of(sqs.send_message_batch, QueueUrl=url,
+                        Entries=[{"Id": str(i), "MessageBody": body} for i in range(5)])
+    assert (too_long["Code"], too_long["status"]) == ("AWS.SimpleQueueService.BatchRequestTooLong", 400)
+    unread = error_of(sqs.send_message_batch, QueueUrl=url,
+                      Entries=[{"Id": str(i), "MessageBody": "x" * 900_000} for i in range(10)])
+    assert (unread["Code"], unread["status"]) == ("AWS.SimpleQueueService.BatchRequestTooLong", 400)
+    refused = error_of(sqs.send_message, QueueUrl=url, MessageBody="é" * 1_500_000)
+    assert (refused["Code"], refused["status"]) == ("InvalidParameterValue", 400)
+
+
+def test_a_receive_waiting_on_a_queue_that_is_deleted_ends_without_a_server_error(sqs, unique_name):
+    url = new_queue(sqs, unique_name)
+    outcome: dict[str, Any] = {}
+
+    def receive() -> None:
+        try:
+            outcome["messages"] = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=10).get("Messages", [])
+        except botocore.exceptions.ClientError as exc:
+            outcome["error"] = exc.response["Error"]["Code"]
+
+    waiting = threading.Thread(target=receive)
+    waiting.start()
+    time.sleep(1)
+    sqs.delete_queue(QueueUrl=url)
+    waiting.join(20)
+    assert outcome in ({"messages": []}, {"error": "AWS.SimpleQueueService.NonExistentQueue"})
+

@@ -84,6 +84,23 @@ async def test_a_nats_client_s_message_with_attributes_sqs_cannot_read_is_receiv
     assert got == {"[" * 5000 + "]" * 5000: None, "not json": None, '{"a": 1}': None}
 
 
+async def test_a_nats_client_s_message_with_a_status_header_is_received(sqs, stack, unique_name):
+    """``Status`` is an ordinary header name a NATS client may give its message; the endpoint's pull
+    used to take such a message for the broker's end of the pull, lease it and return nothing."""
+    creds = make_queue(stack, unique_name)
+    url = sqs.get_queue_url(QueueName=unique_name)["QueueUrl"]
+    await publish_as_an_app(creds, ["404", "408", "plain"],
+                            lambda body: {} if body == "plain" else {"Status": body, "Description": "mine"})
+    got = []
+    for _ in range(5):
+        for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []):
+            got.append(m["Body"])
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        if len(got) == 3:
+            break
+    assert sorted(got) == ["404", "408", "plain"]
+
+
 def test_a_request_body_nested_too_deeply_is_a_serialization_error(access_key, endpoint):
     body = b'{"QueueNamePrefix": ' + b"[" * 5000 + b"]" * 5000 + b"}"
     request = AWSRequest(method="POST", url=endpoint, data=body, headers={

@@ -101,3 +101,17 @@ def test_a_message_dies_into_the_dead_letter_queue_and_a_move_task_brings_it_bac
     assert out["sources"] == [f"{stack.api_url}/sqs/default/{unique_name}"]
     assert out["task_handle"] and (out["status"], out["moved"]) == ("COMPLETED", 1)
     assert out["back"] == [{"body": "doomed", "count": "1"}]
+
+
+def test_edges_an_sdk_reads(client, unique_name):
+    """Both protocols: an empty attribute or tag answer, carriage returns kept (the query protocol's
+    XML used to turn them into line feeds, and the SDK refused the body's MD5), a deleted message's
+    visibility refused, 1 MiB of messages in one batch and no more."""
+    out = run("edges", **client, queue=unique_name)
+    assert out["no_policy"] in (None, {}) and out["no_tags"] in (None, {})
+    assert out["body_kept"] and out["attribute_kept"]
+    assert "InvalidParameterValue" in (out["gone"]["name"], out["gone"]["code"])
+    assert out["big_batch"] == 4
+    assert out["too_long"]["status"] == 400 and {"BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong"} & {
+        out["too_long"]["name"], out["too_long"]["code"]}
+

@@ -148,3 +148,38 @@ def test_query_answers_are_sqs_s_xml():
     error = ElementTree.fromstring(wire.render_query_error(SqsError.modelled("QueueDoesNotExist", "gone"), "rid"))
     assert error.findtext("s:Error/s:Code", namespaces=ns) == "AWS.SimpleQueueService.NonExistentQueue"
     assert error.findtext("s:Error/s:Type", namespaces=ns) == "Sender"
+
+
+def test_a_query_answer_has_its_result_element_even_when_empty():
+    """The SDKs read the result element itself: one left out of an empty answer failed them
+    (botocore's KeyError, the Node SDK's TypeError); actions without a result have none."""
+    ns = {"s": wire.XMLNS}
+    for action in ("GetQueueAttributes", "ListQueueTags", "ReceiveMessage", "ListQueues"):
+        root = ElementTree.fromstring(wire.render_query(action, {}, "rid"))
+        assert root.find(f"s:{action}Result", ns) is not None, action
+    root = ElementTree.fromstring(wire.render_query("DeleteMessage", {}, "rid"))
+    assert [child.tag for child in root] == [f"{{{wire.XMLNS}}}ResponseMetadata"]
+
+
+def test_a_carriage_return_comes_back_from_the_query_protocol_s_xml_as_it_was_sent():
+    """XML reads a carriage return written as itself as a line feed: it is written as a reference."""
+    ns = {"s": wire.XMLNS}
+    body, value = "a\rb\r\nc\n", "x\ry"
+    xml = wire.render_query("ReceiveMessage", {"Messages": [{
+        "Body": body, "MessageAttributes": {"k": {"DataType": "String", "StringValue": value}}}]}, "rid")
+    message = ElementTree.fromstring(xml).find("s:ReceiveMessageResult/s:Message", ns)
+    assert message.findtext("s:Body", namespaces=ns) == body
+    assert message.findtext("s:MessageAttribute/s:Value/s:StringValue", namespaces=ns) == value
+
+
+@pytest.mark.parametrize("number", ["0", "-0.000", "1e126", "1e-128", "1" * 38, "1" * 38 + "000", "0." + "0" * 127 + "1",
+                                    ".5", "+3.", "12345678901234567890123456789012345678.000"])
+def test_numbers_sqs_takes(number):
+    assert check_attributes({"n": {"DataType": "Number", "StringValue": number}})["n"]["StringValue"] == number
+
+
+@pytest.mark.parametrize("number", ["1e127", "1e-129", "1" * 39, "1e999999", "1e9999999", "١٢", "1_0", "0x10", "NaN", "inf"])
+def test_numbers_sqs_refuses(number):
+    with pytest.raises(SqsError) as refused:
+        check_attributes({"n": {"DataType": "Number", "StringValue": number}})
+    assert refused.value.code == "InvalidParameterValue" and "'n'" in refused.value.message

@@ -16,8 +16,11 @@ def test_a_whole_number_is_digits_or_an_integral_number_and_nothing_int_would_be
 
 
 @pytest.mark.parametrize(("headers", "id_", "attempts"), [
-    ({}, 7, 0), ({"Enclave-Id": "12", "Enclave-Prior-Attempts": "3"}, 12, 3),
+    ({}, 7, 0), ({"Enclave-Id": "5", "Enclave-Prior-Attempts": "3"}, 5, 3),
     ({"Enclave-Id": "1_0", "Enclave-Prior-Attempts": "\u0663"}, 7, 0), ({"Enclave-Prior-Attempts": "-2"}, 7, 0),
+    # a copy is stored after what it copies; an app's claim past that, or of a billion prior attempts, is no copy's
+    ({"Enclave-Id": "12"}, 7, 0), ({"Enclave-Id": "0"}, 7, 0), ({"Enclave-Id": "-7"}, 7, 0),
+    ({"Enclave-Prior-Attempts": "99999999999999999999"}, 7, 0), ({"Enclave-Prior-Attempts": "1000001"}, 7, 0),
 ])
 def test_the_headers_any_client_may_write_are_read_as_whole_numbers(headers, id_, attempts):
     assert (message_id(headers, 7), prior_attempts(headers)) == (id_, attempts)
