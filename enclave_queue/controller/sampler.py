@@ -6,7 +6,9 @@ and publishes one sample a queue to the ``ENCLAVE_SAMPLES`` stream in the contro
 subject ``samples.<queue id>``, pipelined: all the round's publishes go out at once and their
 PubAcks come back to one inbox. A sample's format is broker/depth.py's; reading a
 queue's history is queues/samples.py's. Samples of a deleted queue expire with the stream's max
-age; a re-created queue has a new id, so it never shows the old queue's history.
+age; a re-created queue has a new id, so it never shows the old queue's history. After each round,
+the queues holding messages they do not deliver have their delay subjects checked for anything
+that is not a one-shot delay (schedulecheck.py).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from ..errors import BrokerUnavailable
 from ..names import SAMPLES_STREAM, samples_subject
 from ..state.kv import Store
 from ..state.queries import depth_reads, live_queues
+from ..state.records import QueueRecord
 from .accounts import Accounts
 from .jsz import Snapshot
+from .schedulecheck import ScheduleCheck
 
 log = logging.getLogger("enclave.sampler")
 
@@ -42,6 +46,7 @@ KEEP_SECONDS = 7 * 24 * 3600.0  #: how long a sample is kept
 #: takes 57 bytes (measured), so at 256 MiB 1000 queues sampled every 60 s keep about 3 days of
 #: history, 100 queues the full 7
 PUBLISH_TIMEOUT = 10.0  #: seconds a round's PubAcks may take
+CHECKS_AT_ONCE = 16  #: queues whose delay subjects are read at the same time
 
 
 class Sampler:
@@ -57,6 +62,7 @@ class Sampler:
         self.rounds = 0
         self.samples = 0  #: samples stored since start
         self._task: Optional[asyncio.Task[None]] = None
+        self.schedules = ScheduleCheck(conn)
 
     async def start(self) -> None:
         config = api.StreamConfig(
@@ -99,9 +105,24 @@ class Sampler:
         samples = [(samples_subject(r.id), encode_sample(d)) for r, d in zip(records, depths, strict=True)
                    if isinstance(d, Depth)]  # a queue not ready yet has no sample this round
         stored = await self._publish(samples)
+        await self._check_schedules([r for r, d in zip(records, depths, strict=True) if isinstance(d, Depth) and d.delayed])
         self.rounds += 1
         self.samples += stored
         return stored
+
+    async def _check_schedules(self, records: list[QueueRecord]) -> None:
+        """What apps stored on the delay subjects of the queues holding undelivered messages, looked
+        at once (schedulecheck.py): what is not a one-shot delay goes."""
+        gate = asyncio.Semaphore(CHECKS_AT_ONCE)
+
+        async def one(record: QueueRecord) -> None:
+            async with gate:
+                try:
+                    await self.schedules.check(record)
+                except Exception as exc:  # the next round looks again
+                    log.info("delay subjects of %s not checked: %s", record.key, exc)
+
+        await asyncio.gather(*(one(record) for record in records))
 
     async def _publish(self, samples: list[tuple[str, bytes]]) -> int:
         """Publish all at once, each with its own reply subject under one inbox; count the PubAcks."""
