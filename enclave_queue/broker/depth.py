@@ -6,8 +6,9 @@ them (one ``$SYS.REQ.ACCOUNT.<account>.JSZ`` request a queue: no connection into
   nack's delay runs out (``num_ack_pending``; like SQS's "not visible"), while a lease can still
   be running (``leases_over``): a message whose lease ran out and that nobody took again counts as
   waiting, as in SQS, not as in flight;
-- ``delayed``: stored but not deliverable yet (stream messages outside both counts: scheduled
-  messages, none until a send asks for a delay);
+- ``delayed``: stored but not deliverable (stream messages outside both counts: scheduled
+  messages, none until a send asks for a delay; and messages out of receives until the
+  dead-letter mover takes them);
 - ``dead``: messages on the queue's dead-letter queue, ``None`` when it has none;
 - ``oldest_age_seconds``: the age of the oldest stored message, ``None`` when it is empty.
 

@@ -62,10 +62,21 @@ INSUFFICIENT_RESOURCES = {"code": 503, "err_code": 10023, "description": "insuff
 _MIB = 1 << 20
 
 
-def headroom(max_file_store: int) -> int:
-    """Bytes of free disk below which puts are refused: 1/64 of the store, 4 to 64 MiB. What is
-    left is for the control state (its KV records, statuses, notes) and for deletes."""
-    return min(max(max_file_store // 64, MIN_HEADROOM), MAX_HEADROOM)
+def headroom(max_file_store: int, disk_bytes: Optional[int] = None) -> int:
+    """Bytes of free disk below which puts are refused: 1/64 of the store, 4 to 64 MiB, and at most
+    1/16 of the disk (a store configured larger than its disk, which may be overcommitted, must
+    still leave a disk that is emptied free enough to take puts again: twice the headroom). What
+    is left is for the control state (its KV records, statuses, notes) and for deletes."""
+    by_store = min(max(max_file_store // 64, MIN_HEADROOM), MAX_HEADROOM)
+    return by_store if disk_bytes is None else min(by_store, max(disk_bytes // 16, MIN_HEADROOM))
+
+
+def disk_bytes(path: Path) -> int:
+    """The size of the filesystem of ``path`` (or of its nearest existing parent)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    stat = os.statvfs(path)
+    return stat.f_blocks * stat.f_frsize
 
 
 def free_bytes(path: Path) -> int:
@@ -169,7 +180,7 @@ class StorageGuard:
         self.conn = conn
         self.set_frozen = set_frozen
         self.restart = restart
-        self.headroom = headroom(max_file_store)
+        self.headroom = headroom(max_file_store, disk_bytes(store_dir))
         self.resume = 2 * self.headroom  #: free bytes at which puts are taken again
         self.reserve = Reserve(store_dir / RESERVE_FILE)
         self.health = StoreHealth(free_bytes(store_dir), self.headroom, self.resume)

@@ -57,10 +57,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Optional
@@ -85,6 +86,7 @@ from ..envelope import (
     SOURCE_PROJECT,
     SOURCE_QUEUE,
     SOURCE_SEQUENCE,
+    broker_status,
     clean_headers,
     one_line,
     parse_time,
@@ -122,7 +124,10 @@ FAULT = os.environ.get("ENCLAVE_FAULT", "")
 #: dead letters of one queue moved together; their count tokens must fit in the counters' memory
 MOVE_BATCH = min(64, RECENT_EVENTS // 2)
 #: moves counted in one compare-and-set at most, however many batches finish together: as many
-#: as a batch, so the counters remember them as they remember a batch's
+#: as a batch, so the counters remember them as they remember a batch's. A queue's next count waits
+#: until the moves of the last are deleted from the source: so the moves counted and not yet
+#: deleted, the ones a crash leaves to be moved (and counted) again, are always among the last the
+#: counters remember (RECENT_EVENTS), however many finish at once
 COUNTED_TOGETHER = MOVE_BATCH
 #: queues whose batches are copied at the same time (two pooled connections each). 32 rather than
 #: 128: with 100 queues failing at once, fewer copies side by side cost less CPU a move (4.75 against
@@ -179,6 +184,15 @@ Outcome = str | BaseException  #: 'moved', 'discarded', 'gone', or why the move 
 
 
 @dataclass
+class _Tally:
+    """Moves of one batch waiting for their count (``Mover._counted_once``)."""
+
+    events: list[str]  #: their count tokens, ``move:<seq>``
+    counted: asyncio.Future[None]  #: set once they are counted
+    ended: asyncio.Future[None]  #: set once the batch is done with them (deleted from the source, or not)
+
+
+@dataclass
 class _Copied:
     """A batch between its two halves: copied to the DLQ (or to be discarded), not yet counted
     nor deleted from its queue."""
@@ -218,6 +232,10 @@ class Mover:
         #: per (queue id, way in): the dead letters waiting for a batch, and the task moving them
         self._waiting: dict[tuple[str, str], _Waiting] = {}
         self._movers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        #: the messages being moved, by queue id and sequence, with the future of each move: a
+        #: message that comes another way meanwhile (its advisory and the sweep, after a restart
+        #: with a backlog) joins that move rather than being copied, and counted, a second time
+        self._moving: dict[str, dict[int, asyncio.Future[str]]] = {}
         self._slots = asyncio.Semaphore(MOVING_QUEUES)
         self._taken = 0  #: advisories fetched and not yet acked or nakked
         self._room = asyncio.Event()
@@ -230,7 +248,7 @@ class Mover:
         #: per (queue key, counter): the moves waiting to be counted, each batch's with the future its
         #: finish awaits (one compare-and-set at a time)
         #: (a key is there while its tally task runs)
-        self._tallies: dict[tuple[str, str], list[tuple[list[str], asyncio.Future[None]]]] = {}
+        self._tallies: dict[tuple[str, str], list[_Tally]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._running: set[asyncio.Task[Any]] = set()
         #: per queue id, the dead letters its apps told of (``Session.tell_dead``) waiting for its record
@@ -243,6 +261,16 @@ class Mover:
     # -- start and stop -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        await self._ensure_advisories()
+        self._sub = await self.conn.control.subscribe(reject_subject("*"), queue="movers", cb=self._on_reject)
+        self._tasks = [
+            asyncio.create_task(self._advisories(), name="deadletters-advisories"),
+            asyncio.create_task(self._sweeps(), name="deadletters-sweep"),
+        ]
+
+    async def _ensure_advisories(self) -> None:
+        """The advisories' stream and the mover's consumer on it: made at start, and made again
+        when a pull finds them gone (deleted behind the control plane's back)."""
         js = self.conn.js
         await ensure_stream(js, api.StreamConfig(
             name=ADVISORY_STREAM, subjects=ADVISORY_SUBJECTS, retention=api.RetentionPolicy.LIMITS,
@@ -254,11 +282,6 @@ class Mover:
             durable_name=MOVER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=30.0, max_deliver=-1,
             max_ack_pending=MAX_ACK_PENDING,
         )))
-        self._sub = await self.conn.control.subscribe(reject_subject("*"), queue="movers", cb=self._on_reject)
-        self._tasks = [
-            asyncio.create_task(self._advisories(), name="deadletters-advisories"),
-            asyncio.create_task(self._sweeps(), name="deadletters-sweep"),
-        ]
 
     async def stop(self) -> None:
         """Nothing new is taken; the moves under way have STOP_GRACE to finish (their finishes go at
@@ -300,18 +323,33 @@ class Mover:
 
     def _submit(self, record: QueueRecord, dead: Dead, how: str) -> asyncio.Future[str]:
         """Queue ``dead`` for the next batch of its queue (``how`` it came: 'advisory', 'reject', 'nack');
-        the future of its outcome."""
+        the future of its outcome (the move under way's, if the message is being moved already)."""
+        moving = self._moving.setdefault(record.id, {})
+        if (under_way := moving.get(dead.seq)) is not None:
+            return asyncio.shield(under_way)  # a joiner cancelled leaves the move to its first caller
         key = (record.id, how)
         waiting = self._waiting.get(key)
         if waiting is None:
             waiting = self._waiting[key] = _Waiting(record)
         waiting.record = record
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        moving[dead.seq] = future
+        future.add_done_callback(functools.partial(self._moved, record.id, dead.seq))
         waiting.items.append((dead, future))
         if key not in self._movers:
             self._lull.clear()
             self._movers[key] = asyncio.create_task(self._move_waiting(key), name=f"deadletters-{how}:{record.id}")
         return future
+
+    def _moved(self, queue_id: str, seq: int, future: asyncio.Future[str]) -> None:
+        """A move has an outcome: the message may be moved again (a failed move's advisory comes again)."""
+        if not future.cancelled():
+            future.exception()  # its callers hear of a failure; one nobody awaits is no news
+        moving = self._moving.get(queue_id)
+        if moving is not None and moving.get(seq) is future:
+            del moving[seq]
+            if not moving:
+                del self._moving[queue_id]
 
     async def _move_waiting(self, key: tuple[str, str]) -> None:
         """Move a queue's waiting dead letters, a batch at a time, until none wait. A batch is
@@ -348,8 +386,35 @@ class Mover:
     async def move_batch(self, record: QueueRecord, dead: list[Dead], how: str,
                          read: Optional[Read] = None) -> dict[int, Outcome]:
         """Move messages of ``record``'s queue to its DLQ (or discard them if it has none), as one
-        batch; ``read``: the messages, read already. The outcome of each sequence. Safe to repeat."""
-        return await self._finish(await self._copy_batch(record, dead, how, read))
+        batch; ``read``: the messages, read already. The outcome of each sequence. Safe to repeat;
+        a message being moved already (its advisory came) joins that move."""
+        moving = self._moving.setdefault(record.id, {})
+        joined = {d.seq: asyncio.shield(moving[d.seq]) for d in dead if d.seq in moving}
+        loop = asyncio.get_running_loop()
+        taken: list[tuple[Dead, asyncio.Future[str]]] = []
+        for d in dead:
+            if d.seq not in joined:
+                future = moving[d.seq] = loop.create_future()
+                future.add_done_callback(functools.partial(self._moved, record.id, d.seq))
+                taken.append((d, future))
+        outcomes: dict[int, Outcome] = {}
+        try:
+            if taken:
+                mine = [d for d, _ in taken]
+                given = {d.seq: read[d.seq] for d in mine if d.seq in read} if read is not None else None
+                outcomes = await self._finish(await self._copy_batch(record, mine, how, given))
+        except Exception as exc:
+            _settle_futures(taken, {d.seq: exc for d, _ in taken})
+            raise
+        except BaseException:  # cancelled (a stop): they stay put
+            for _, future in taken:
+                future.cancel()
+            raise
+        _settle_futures(taken, outcomes)
+        if joined:
+            results = await asyncio.gather(*joined.values(), return_exceptions=True)
+            outcomes.update(zip(joined, results, strict=True))
+        return outcomes
 
     async def _copy_batch(self, record: QueueRecord, dead: list[Dead], how: str,
                           read: Optional[Read] = None) -> _Copied:
@@ -397,15 +462,15 @@ class Mover:
             return copied.outcomes
         # counted before the delete, once: a move cut short after the count and repeated finds the
         # messages still there and counts nothing again; one cut short before it counts them then
-        await self._count_once(record.key, "dead_lettered" if outcome == "moved" else "discarded", done)
-        if FAULT == "exit-after-dead-letter-count":
-            os._exit(70)
-        # one delete each, sent together: a purge below the last would be one write, but nats-server
-        # 2.15 then drops every nak'd message below the consumer's next sequence from its redelivery
-        # queue (consumer.purge), and those wait out their visibility timeout (measured: 30 s)
-        async with self.conn.account(record.id) as nc:
-            js = nc.jetstream(timeout=5)
-            await asyncio.gather(*(delete_message(js, stream_name(record.id), seq) for seq in done))
+        async with self._counted_once(record.key, "dead_lettered" if outcome == "moved" else "discarded", done):
+            if FAULT == "exit-after-dead-letter-count":
+                os._exit(70)
+            # one delete each, sent together: a purge below the last would be one write, but nats-server
+            # 2.15 then drops every nak'd message below the consumer's next sequence from its redelivery
+            # queue (consumer.purge), and those wait out their visibility timeout (measured: 30 s)
+            async with self.conn.account(record.id) as nc:
+                js = nc.jetstream(timeout=5)
+                await asyncio.gather(*(delete_message(js, stream_name(record.id), seq) for seq in done))
         # the notes have served; without a DLQ, unread
         await asyncio.gather(*(drop_note(self.conn.js, record.id, noted_as) for noted_as in copied.noted))
         if outcome == "moved":
@@ -455,45 +520,55 @@ class Mover:
                 failed[letter.sequence] = exc
         return failed
 
-    async def _count_once(self, key: str, counter: str, seqs: list[int]) -> None:
-        """``Store.count(key, counter, once="move:<seq>")`` for many moves: the moves counted
-        already (a batch repeated after a crash) are not counted again. The batches of a queue
-        that count at the same time (their finishes wait for the same lull) are counted together:
-        the first alone, and those that came while it was written in the next compare-and-set
-        (COUNTED_TOGETHER moves at most), rather than each refused for the one before and read again."""
+    @contextlib.asynccontextmanager
+    async def _counted_once(self, key: str, counter: str, seqs: list[int]) -> AsyncIterator[None]:
+        """``Store.count(key, counter, once="move:<seq>")`` for many moves, then the block (their
+        deletes): the moves counted already (a batch repeated after a crash) are not counted
+        again. The batches of a queue that count at the same time (their finishes wait for the
+        same lull) are counted together: the first alone, and those that came while it was
+        written in the next compare-and-set (COUNTED_TOGETHER moves at most), rather than each
+        refused for the one before and read again; that next one waits until the blocks of the
+        last have ended."""
         tally = (key, counter)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        entry = _Tally([f"move:{seq}" for seq in seqs], loop.create_future(), loop.create_future())
         if (waiting := self._tallies.get(tally)) is None:
             waiting = self._tallies[tally] = []
             self._spawn(self._tally(key, counter), f"deadletters-count:{key}")
-        waiting.append(([f"move:{seq}" for seq in seqs], done))
-        await done
+        waiting.append(entry)
+        try:
+            await entry.counted
+            yield
+        finally:
+            if not entry.ended.done():
+                entry.ended.set_result(None)
 
     async def _tally(self, key: str, counter: str) -> None:
         """Count what waits for ``key``'s ``counter``, a compare-and-set at a time, until nothing waits."""
         tally = (key, counter)
-        going: list[tuple[list[str], asyncio.Future[None]]] = []
+        going: list[_Tally] = []
         try:
             while waiting := self._tallies.get(tally):
                 taken, events = 0, []
-                while taken < len(waiting) and (not events or len(events) + len(waiting[taken][0]) <= COUNTED_TOGETHER):
-                    events += waiting[taken][0]
+                while taken < len(waiting) and (not events or len(events) + len(waiting[taken].events) <= COUNTED_TOGETHER):
+                    events += waiting[taken].events
                     taken += 1
                 going, self._tallies[tally] = waiting[:taken], waiting[taken:]
                 try:
                     await self._count_events(key, counter, events)
                 except Exception as exc:
-                    for _, done in going:
-                        if not done.done():
-                            done.set_exception(exc)
+                    for entry in going:
+                        if not entry.counted.done():
+                            entry.counted.set_exception(exc)
                 else:
-                    for _, done in going:
-                        if not done.done():
-                            done.set_result(None)
+                    for entry in going:
+                        if not entry.counted.done():
+                            entry.counted.set_result(None)
+                    await asyncio.gather(*(entry.ended for entry in going))  # their deletes, before the next count
         finally:  # no await from the last look at the waiting to here: nothing is left behind
-            for _, done in [*going, *self._tallies.pop(tally, [])]:  # cancelled (a stop): those moves stay put
-                if not done.done():
-                    done.cancel()
+            for entry in [*going, *self._tallies.pop(tally, [])]:  # cancelled (a stop): those moves stay put
+                if not entry.counted.done():
+                    entry.counted.cancel()
 
     async def _count_events(self, key: str, counter: str, tokens: list[str]) -> None:
         """Count ``tokens`` (``move:<seq>``) not counted already, in one compare-and-set. The
@@ -544,10 +619,10 @@ class Mover:
         woken = asyncio.Event()
 
         async def on_message(msg: Msg) -> None:
-            status = (msg.headers or {}).get("Status")
+            status = broker_status(msg)
             if status is None:
                 arrived.append(msg)
-            elif status != "100":  # 408: expired; 409: refused (the consumer is gone, a limit)
+            elif status != "100":  # 408: expired; 409: refused (the consumer is gone, a limit); 503: no consumer
                 ended.append(status)
             woken.set()
 
@@ -573,11 +648,25 @@ class Mover:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(woken.wait(), until - loop.time())
                     woken.clear()
-                if ended and ended[0] != "408":
-                    await asyncio.sleep(1)  # refused: ask again in a moment
+                if ended and ended[0] != "408":  # refused, or nobody answers: made again if gone, then asked again
+                    if ended[0] in ("409", "503"):
+                        await self._repair_advisories(ended[0])
+                    await asyncio.sleep(1)
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+    async def _repair_advisories(self, status: str) -> None:
+        """The pull was refused or found nobody: if the stream or the consumer is gone, make it."""
+        try:
+            await self.conn.js.consumer_info(ADVISORY_STREAM, MOVER)
+            return
+        except nats.js.errors.NotFoundError:
+            log.warning("the dead-letter advisories' stream or its consumer is gone (pull ended %s); making "
+                        "them again", status)
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError):
+            return  # the broker is restarting, say: asked again in a moment
+        await self._ensure_advisories()
 
     def _take(self, advisories: list[Msg]) -> None:
         """Hand advisories that arrived together to their queues, one task a queue."""

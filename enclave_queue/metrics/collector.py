@@ -114,13 +114,15 @@ class QueueMetrics:
     (async) reads them; ``collect()`` (called by the exposition, synchronously) shows the last read."""
 
     def __init__(self, store: Store, conn: BrokerConnection, applied: Callable[[], Collection[str]], counted: Counted,
-                 restarts: Callable[[], int], storage: Optional[StorageGuard] = None) -> None:
+                 restarts: Callable[[], int], storage: Optional[StorageGuard] = None,
+                 answering: Callable[[], bool] = lambda: True) -> None:
         self.store = store
         self.conn = conn
         self.applied = applied  #: the account ids the running broker has loaded (controller/accounts.py)
         self.counted = counted
         self.restarts = restarts  #: the supervisor's restarts of the broker
         self.storage = storage
+        self.answering = answering  #: whether the broker answers now (broker/liveness.py): else no read waits on it
         self.reads = 0  #: broker reads done (one per refresh outside the cache)
         self._snapshot = _Snapshot([], False, None)
         self._read_at = -CACHE_SECONDS
@@ -136,6 +138,8 @@ class QueueMetrics:
             self.reads += 1
 
     async def _read(self) -> _Snapshot:
+        if not self.answering():  # stopped or hung: every read would wait for its timeout, the scrape with it
+            return _Snapshot([], False, None)
         try:
             memory: Optional[int] = int((await self.conn.varz())["mem"])
         except Exception:  # down, restarting, or not answering: that is what broker_up says

@@ -15,15 +15,16 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import nats.errors
 
 from ..broker.connection import delete_message
 from ..envelope import SOURCE_QUEUE
-from ..errors import EnclaveError
+from ..errors import BrokerUnavailable, EnclaveError
 from ..names import stream_name
 from ..retry import retry_unavailable
 from ..spec import subject_for
@@ -33,6 +34,13 @@ from .letters import READ_BATCH, Letter, Letters
 log = logging.getLogger("enclave.redrive")
 
 CHUNK = 64  #: letters moved at once (publishes pipelined, then deletes)
+#: seconds a redrive goes on asking (for its next letters, a letter's copy stored, its letters
+#: deleted) while the broker does not answer: its restart, by the supervisor, takes a moment, and
+#: what was asked just before is never answered. Each is safe to ask again (a copy has its dedupe id)
+RIDE_OUT = 30.0
+T = TypeVar("T")
+#: what a broker that does not answer (or restarts) raises
+UNANSWERED = (BrokerUnavailable, nats.errors.Error, TimeoutError)
 #: fault injection for the tests: "stop-after-redrive-publish" stops the process (SIGSTOP) once a
 #: chunk's letters are published and before they are deleted, for the test to kill it there
 FAULT = os.environ.get("ENCLAVE_FAULT", "")
@@ -91,7 +99,7 @@ async def run_redrive(task: RedriveTask, record: QueueRecord, letters: Letters) 
     contiguous = True  #: every letter so far was moved: a chunk can be removed with one purge
     try:
         while task.max is None or task.moved < task.max:
-            batch = await letters.read(record, after, READ_BATCH)
+            batch = await _read(letters, record, after)
             if not batch or batch[0].sequence > task.last_sequence:
                 break
             chosen: list[Letter] = []
@@ -135,6 +143,23 @@ async def run_redrive(task: RedriveTask, record: QueueRecord, letters: Letters) 
         task.finished_at = datetime.now(UTC).isoformat()
 
 
+async def _ridden_out(record: QueueRecord, call: Callable[[], Awaitable[T]]) -> T:
+    """``await call()``, asked again while the broker does not answer, for RIDE_OUT seconds."""
+    deadline = time.monotonic() + RIDE_OUT
+    while True:
+        try:
+            return await call()
+        except UNANSWERED as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.info("redrive of %s: the broker did not answer (%s); asking again", record.key, exc)
+            await asyncio.sleep(0.5)
+
+
+async def _read(letters: Letters, record: QueueRecord, after: int) -> list[Letter]:
+    return await _ridden_out(record, lambda: letters.read(record, after, READ_BATCH))
+
+
 async def _move_chunk(task: RedriveTask, record: QueueRecord, letters: Letters, chunk: list[Letter],
                       destinations: dict[str, QueueRecord], contiguous: bool) -> None:
     """Move ``chunk``. ``contiguous``: every letter before them was moved too, so if all of these
@@ -151,8 +176,8 @@ async def _move_chunk(task: RedriveTask, record: QueueRecord, letters: Letters, 
     if task.dry_run:
         task.moved += len(ready)
         return
-    published = await asyncio.gather(*(letters.publish_back(record, letter, dest) for letter, dest in ready),
-                                     return_exceptions=True)
+    published = await asyncio.gather(*(_ridden_out(record, lambda letter=letter, dest=dest: letters.publish_back(
+        record, letter, dest)) for letter, dest in ready), return_exceptions=True)
     js = letters.conn.queue_js(record.id)
     stream = stream_name(record.id)
     for (letter, _), outcome in zip(ready, published, strict=True):
@@ -164,7 +189,9 @@ async def _move_chunk(task: RedriveTask, record: QueueRecord, letters: Letters, 
         os.kill(os.getpid(), signal.SIGSTOP)
     subject = subject_for(record.spec.project, record.spec.name)
     if contiguous and len(moved) == len(chunk) and moved:
-        await retry_unavailable(lambda: js.purge_stream(stream, subject=subject, seq=moved[-1].sequence + 1))
+        await _ridden_out(record, lambda: retry_unavailable(lambda: js.purge_stream(
+            stream, subject=subject, seq=moved[-1].sequence + 1)))
     else:
-        await asyncio.gather(*(delete_message(js, stream, letter.sequence) for letter in moved))
+        await asyncio.gather(*(_ridden_out(record, lambda seq=letter.sequence: delete_message(js, stream, seq))
+                               for letter in moved))
     task.moved += len(moved)

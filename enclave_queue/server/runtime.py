@@ -40,6 +40,7 @@ from ..auth.secrets import MasterKey, write_private
 from ..auth.tokens import generate_token, token_digest
 from ..broker.config import CONTROL_STREAM_BYTES, BrokerConfig, control_replicas, route_env, route_password
 from ..broker.connection import BrokerConnection
+from ..broker.liveness import Liveness
 from ..broker.process import free_port
 from ..broker.storage import StorageGuard
 from ..broker.supervisor import Supervisor
@@ -98,6 +99,7 @@ class Runtime:
         self.naks: Optional[NakCounter] = None
         self.sampler: Optional[Sampler] = None
         self.storage: Optional[StorageGuard] = None
+        self.liveness: Optional[Liveness] = None  #: whether the broker answers (a PING a second)
         self.metrics = ControlMetrics()  #: this runtime's own registry, served at /metrics
         self.service: Optional[QueueService] = None
         self.desk: Optional[Desk] = None
@@ -221,6 +223,8 @@ class Runtime:
             f"nats://127.0.0.1:{port}" if s.broker_host in ("0.0.0.0", "") else self.supervisor.url,
             self.accounts.keys,
         )
+        self.liveness = Liveness(self.conn.control)
+        await self.liveness.start()
         # a cluster's first start waits for its peers (placement of the replicated buckets)
         self.store = await Store.open(self.conn.js, replicas=replicas, attempts=600 if s.clustered else 100)
         await self.accounts.attach(self.store, self.conn, watch=s.clustered)
@@ -241,9 +245,9 @@ class Runtime:
         self.storage.on_change = self.reconciler.reconcile_all  # the queues' statuses tell of the store
         self.sampler = Sampler(self.store, self.conn, self.accounts, s.sample_seconds, storage=self.storage)
         self.deadlines = Deadlines(self.store, self.conn, self.index)
-        accounts, supervisor = self.accounts, self.supervisor
+        accounts, supervisor, liveness = self.accounts, self.supervisor, self.liveness
         self.metrics.attach(QueueMetrics(self.store, self.conn, lambda: accounts.applied, self.naks.counted,
-                                         lambda: supervisor.restarts, self.storage))
+                                         lambda: supervisor.restarts, self.storage, lambda: liveness.answering))
         self.service = QueueService(self.store, self.conn, self.accounts, self.master,
                                     lambda: self.broker_url, s.internal_broker_url, self._status_changed,
                                     broker_urls=lambda: self.broker_urls, nodes=s.nodes)
@@ -348,6 +352,8 @@ class Runtime:
             return "unavailable", "the broker is not running"
         if self.conn is None or not self.conn.control.is_connected:
             return "unavailable", "the control plane is not connected to the broker"
+        if self.liveness is not None and not self.liveness.answering:
+            return "unavailable", f"the broker has not answered for {self.liveness.silent_for:.0f} s"
         problem = self.storage.health.problem if self.storage is not None else None
         if problem is not None:
             return "degraded", problem
@@ -409,11 +415,11 @@ class Runtime:
         await stop_each(self.desk, self.lease)  # the work that must happen once stops with the lease (``_follow``)
         await self._follow()
         await stop_each(self.service.dead_letters if self.service else None, self.storage, self.callout, self.accounts,
-                        self.index)
+                        self.index, self.liveness)
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 await self.conn.close()
-        self._http = self._http_task = self.lease = None
+        self._http = self._http_task = self.lease = self.liveness = None
         self.desk = self.deadlines = self.storage = self.service = self.reconciler = self.mover = None
         self.error_notes = self.sampler = self.naks = self.callout = self.conn = self.store = self.index = None
 

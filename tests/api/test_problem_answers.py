@@ -94,6 +94,9 @@ def test_request_heads_up_to_16_kib_reach_the_app_larger_ones_are_a_431_and_past
     assert answer.endswith(b"Invalid HTTP request received.")
 
 
+SCRAPE_TIMEOUT = 10.0  #: seconds: Prometheus' default scrape timeout
+
+
 def test_a_broker_that_does_not_answer_is_a_503_problem_with_retry_after(enclave_stack):
     make_queue(enclave_stack, "paused")
     with httpx.Client(base_url=enclave_stack.api_url, timeout=30,
@@ -111,6 +114,33 @@ def test_a_broker_that_does_not_answer_is_a_503_problem_with_retry_after(enclave
         while http.get(f"{QUEUES}/paused/stats").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert http.get(f"{QUEUES}/paused/stats").status_code == 200
+
+
+def test_a_stopped_broker_is_unavailable_in_healthz_and_metrics_do_not_wait_on_it(enclave_stack):
+    """A stopped (or hung) broker keeps its connections open: /healthz used to say ok, and a scrape
+    waited for each read's timeout (15 s: past Prometheus' 10 s scrape timeout, so broker_up 0 was
+    never recorded). Both now go by whether it answered a PING lately."""
+    make_queue(enclave_stack, "paused")
+    with httpx.Client(base_url=enclave_stack.api_url, timeout=SCRAPE_TIMEOUT,
+                      headers={"Authorization": f"Bearer {enclave_stack.token}"}) as http:
+        assert http.get("/healthz").json()["status"] == "ok"
+        os.kill(enclave_stack.broker_pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 15
+            while http.get("/healthz").status_code == 200 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            answer = http.get("/healthz")
+            assert answer.status_code == 503 and answer.json()["status"] == "unavailable", answer.text
+            assert "has not answered" in answer.json()["detail"]
+            metrics = http.get("/metrics").text  # within the scrape timeout
+            assert "enclave_broker_up 0.0" in metrics
+        finally:
+            os.kill(enclave_stack.broker_pid, signal.SIGCONT)
+        deadline = time.monotonic() + 15
+        while http.get("/healthz").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert http.get("/healthz").json()["status"] == "ok"
+        assert "enclave_broker_up 1.0" in http.get("/metrics").text
 
 
 @pytest.mark.parametrize("size", [20 * 1024, 64 * 1024, 512 * 1024])

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import nats.js.errors
 import psutil
 import pytest
 
@@ -164,6 +165,36 @@ async def test_the_advisory_moves_a_message_when_no_sweep_runs(enclave_stack_fac
     assert (letter["body"], letter["receive_count"]) == ("out of receives", 2)
     assert (await mover_backlog(stack))[0] == 1  # one advisory came, and it was the way in
     await advisories_handled(stack)
+
+
+@pytest.mark.parametrize("gone", ["stream", "consumer"])
+async def test_the_advisories_stream_or_consumer_deleted_behind_its_back_is_made_again(enclave_stack_factory, gone):
+    """Deleted by hand (or lost): the mover's next pull finds nobody, it makes them again, and the
+    next message out of receives is moved by its advisory (no sweep runs within the test)."""
+    stack = enclave_stack_factory(env={"ENCLAVE_SWEEP_SECONDS": "86400"})
+    make_queue(stack, "dead")
+    creds = make_queue(stack, "source", max_receives=1, visibility_timeout_seconds=1, dead_letter_queue="dead")
+    async with control_connection(stack) as nc:
+        js = nc.jetstream()
+        if gone == "stream":
+            await js.delete_stream(ADVISORY_STREAM)
+        else:
+            await js.delete_consumer(ADVISORY_STREAM, MOVER)
+
+        async def made_again() -> bool:
+            try:
+                await js.consumer_info(ADVISORY_STREAM, MOVER)
+            except nats.js.errors.NotFoundError:
+                return False
+            return True
+
+        await eventually(made_again, timeout=15)
+    async with connect(creds) as queue:
+        await queue.send("out of receives")
+        assert len(await queue.receive(wait=3)) == 1
+        assert await queue.receive(wait=3) == []  # waiting past its last lease: the server retires it
+    (letter,) = await eventually(lambda: letters(stack, "dead"), timeout=10)
+    assert letter["body"] == "out of receives"
 
 
 async def test_lowering_max_receives_dead_letters_messages_already_past_it(stack, unique_name):

@@ -124,5 +124,58 @@ async def test_the_batches_of_one_queue_finishing_together_count_in_one_write_ea
     dlq = await runtime.service.get("default", record.spec.dead_letter_queue)
     assert await left_on(runtime, dlq) == 6
     # counted once: the same moves counted again (a batch repeated after a crash) add nothing
-    await mover._count_once(record.key, "dead_lettered", seqs)
+    async with mover._counted_once(record.key, "dead_lettered", seqs):
+        pass
     assert (await runtime.service.status("default", "together"))["dead_lettered"] == 6
+
+
+async def test_a_queue_s_next_count_waits_until_the_moves_counted_last_are_deleted(runtime, monkeypatch):
+    """Moves counted and not yet deleted are what a crash leaves to be moved again; the counters
+    remember only the last RECENT_EVENTS counted, so a queue's moves may not run ahead counting
+    while earlier ones are still being deleted (a kill mid-burst counted hundreds twice)."""
+    mover = runtime.mover
+    record, _ = await failing_queue(runtime, "inorder")
+    first_deleting, release = asyncio.Event(), asyncio.Event()
+
+    async def first() -> None:
+        async with mover._counted_once(record.key, "dead_lettered", [1]):
+            first_deleting.set()
+            await release.wait()  # its deletes under way
+
+    held = asyncio.create_task(first())
+    await first_deleting.wait()
+    second = asyncio.create_task(_count(mover, record, [2]))
+    await asyncio.sleep(0.5)
+    assert not second.done()  # waits for the first's block: not counted yet
+    assert (await runtime.service.status("default", "inorder"))["dead_lettered"] == 1
+    release.set()
+    await asyncio.wait_for(asyncio.gather(held, second), 10)
+    assert (await runtime.service.status("default", "inorder"))["dead_lettered"] == 2
+
+
+async def _count(mover, record, seqs) -> None:
+    async with mover._counted_once(record.key, "dead_lettered", seqs):
+        pass
+
+
+async def test_a_message_the_sweep_and_its_advisory_both_bring_is_moved_and_counted_once(runtime):
+    """After a restart with a backlog, the stored advisories and the sweep find the same messages at
+    once. Each message is copied and counted by one move; the other way joins it (before, both moved
+    it, and with more than the counters remember in between it was counted twice: a kill mid-burst
+    of 1,500 counted up to 1,997)."""
+    mover = runtime.mover
+    record, first = await failing_queue(runtime, "twoways")
+    js = runtime.conn.queue_js(record.id)
+    seqs = [first] + [(await js.publish(subject_for("default", "twoways"), b"again")).seq for _ in range(299)]
+    dead = [mover_module.Dead(seq, 1) for seq in seqs]
+    moved_before = mover.moved
+    by_advisory = [mover._submit(record, d, "advisory") for d in dead]
+    swept = await asyncio.wait_for(asyncio.gather(mover.move_batch(record, dead[:150], "sweep"),
+                                                  mover.move_batch(record, dead[150:], "sweep"),
+                                                  *by_advisory), 60)
+    assert {**swept[0], **swept[1]} == dict.fromkeys(seqs, "moved")
+    assert swept[2:] == ["moved"] * 300
+    assert mover.moved - moved_before == 300  # one move a message
+    assert (await runtime.service.status("default", "twoways"))["dead_lettered"] == 300
+    dlq = await runtime.service.get("default", record.spec.dead_letter_queue)
+    assert await left_on(runtime, dlq) == 300 and await left_on(runtime, record) == 0

@@ -277,3 +277,30 @@ async def one_fault(stack: EnclaveStack, disk: Path, publisher: Publisher, trial
 def _errored(admin) -> dict | None:
     status = admin.queue_status("default", "orders")
     return status if status["state"] == "Errored" else None
+
+
+async def test_a_store_overcommitted_past_a_small_disk_takes_puts_again_once_the_disk_is_emptied(tmp_path):
+    """``ENCLAVE_MAX_FILE_STORE`` larger than the disk (overcommitted): the headroom follows the
+    disk too, so emptying it frees twice the headroom and puts are taken again, with no restart by
+    hand. (With the headroom of a 4 GiB store, 64 MiB, a 128 MiB disk never had 128 MiB free.)"""
+    with tmpfs(tmp_path / "disk", "128m") as disk:
+        stack = EnclaveStack.start(disk / "home", env={"ENCLAVE_MAX_FILE_STORE": "4G"})
+        try:
+            creds = make_queue(stack, "orders", max_bytes=16 * MIB)
+            async with connect(creds) as queue:
+                await queue.put("before")
+                filler = await asyncio.to_thread(fill, disk / "filler", 3 * MIB)
+                await eventually(lambda: health(stack)[1]["status"] == "degraded", timeout=REFUSED_WITHIN)
+                with pytest.raises(StorageFull):
+                    await queue.put("while full", timeout=PUT_TIMEOUT)
+                filler.unlink()
+                await eventually(lambda: health(stack)[0] == 200, timeout=RECOVERED_WITHIN)
+                await queue.put("after", timeout=PUT_TIMEOUT)
+            assert sorted(await _bodies(creds)) == ["after", "before"]
+        finally:
+            stop(stack)
+
+
+async def _bodies(creds) -> list[str]:
+    async with connect(creds) as queue:
+        return [m.body for m in await queue.receive(batch=10, wait=1)]

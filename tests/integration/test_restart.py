@@ -138,6 +138,31 @@ async def test_a_killed_broker_is_restarted_and_no_acknowledged_message_is_lost(
     assert len(acked) > 400
 
 
+async def test_a_redrive_rides_out_a_broker_restart(enclave_stack_factory):
+    """The broker killed under a running redrive (the supervisor restarts it): the read asked just
+    before is never answered, and the redrive asks again instead of failing with half its letters left."""
+    stack = enclave_stack_factory()
+    make_queue(stack, "dead")
+    creds = make_queue(stack, "source", max_receives=1, visibility_timeout_seconds=60, dead_letter_queue="dead")
+    async with connect(creds) as queue:
+        await queue.send_batch([f"m{i}" for i in range(300)])
+        taken = 0
+        while taken < 300:
+            batch = await queue.receive(batch=100, wait=2)
+            await asyncio.gather(*(m.nack() for m in batch))
+            taken += len(batch)
+    with stack.admin() as admin:
+        await eventually(lambda: admin.stats("default", "dead")["waiting"] == 300, timeout=30)
+        task = admin.start_redrive("default", "dead", rate=100)
+        await asyncio.sleep(1)
+        old_pid = stack.refresh()["broker_pid"]
+        os.kill(old_pid, signal.SIGKILL)
+        ended = await eventually(lambda: (t := admin.redrive_status("default", "dead", task["id"]))["state"] != "running"
+                                 and t, timeout=60)
+        assert (ended["state"], ended["moved"], ended["failed"]) == ("done", 300, 0), ended
+        assert (admin.stats("default", "source")["waiting"], admin.stats("default", "dead")["waiting"]) == (300, 0)
+
+
 async def test_a_control_process_killed_mid_reconcile_converges_with_nothing_orphaned(enclave_stack_factory, tmp_path):
     home = tmp_path / "home"
     first = enclave_stack_factory(home=home)

@@ -71,6 +71,15 @@ def test_the_headroom_is_a_64th_of_the_store_within_4_to_64_mib(store, expected)
     assert headroom(store) == expected
 
 
+@pytest.mark.parametrize(("store", "disk", "expected"), [
+    (4 << 30, 128 * MIB, 8 * MIB),  # a store overcommitted past a small disk: emptied, it is free enough to thaw
+    (4 << 30, 32 * MIB, 4 * MIB), (100 << 30, 200 << 30, 64 * MIB), (1 << 30, 1 << 30, 16 * MIB),
+])
+def test_the_headroom_is_at_most_a_16th_of_the_disk(store, disk, expected):
+    assert headroom(store, disk) == expected
+    assert 2 * headroom(store, disk) <= disk // 4  # twice it (the thaw) is reached long before the disk is empty
+
+
 #: nats-server 2.15.1's HEALTHZ (details) after a write failed on a full tmpfs (measured)
 FULL_DISK_HEALTHZ = {"status": "error", "status_code": 503, "errors": [
     {"type": "STREAM", "account": "A", "stream": "KV_b",
