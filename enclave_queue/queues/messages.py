@@ -44,7 +44,16 @@ from ..envelope import (
     rfc3339,
     schedule_headers,
 )
-from ..errors import BrokerUnavailable, Conflict, MessageTooLarge, NotFound, SpecError, field_error, out_of_range
+from ..errors import (
+    BrokerUnavailable,
+    Conflict,
+    EnclaveError,
+    MessageTooLarge,
+    NotFound,
+    SpecError,
+    field_error,
+    out_of_range,
+)
 from ..names import CONSUMER, lane_consumer, notes_subject, reject_subject, stream_name
 from ..retry import UNAVAILABLE, retry_unavailable
 from ..spec import (
@@ -188,10 +197,14 @@ class Messages:
             if not ok:
                 raise out_of_range(field, phrase, repr(value))
         record = await self.lookup.ready(project, name)
-        if record.spec.priorities:
-            msgs = await self._take_by_priority(record, max_messages, wait)
-        else:
-            msgs = await self._take(record, CONSUMER, max_messages, wait)
+        try:
+            if record.spec.priorities:
+                msgs = await self._take_by_priority(record, max_messages, wait)
+            else:
+                msgs = await self._take(record, CONSUMER, max_messages, wait)
+        except (EnclaveError, nats.errors.Error, nats.js.errors.Error, TimeoutError):
+            await self.lookup.live(project, name)  # deleted while the receive waited: NotFound
+            raise
         now = datetime.now(UTC)
         kept = []
         for msg in msgs:  # one past its start deadline is not started again: dropped, counted expired

@@ -1,6 +1,9 @@
 """The HTTP API: tokens on every route but /healthz, JSON problems that name the field, and
 nothing half-created after a refused request."""
 
+import threading
+import time
+
 import httpx
 import pytest
 
@@ -221,6 +224,27 @@ def test_bad_message_input_is_refused_and_loses_nothing(stack, http, unique_name
     other = f"/v1/projects/default/queues/{unique_name}-b/messages"
     problem(http.delete(f"{other}/{message['receipt']}"), 422)
     assert http.delete(f"{base}/{message['receipt']}").status_code == 204
+
+
+def test_a_receive_waiting_on_a_queue_that_is_deleted_ends_as_not_found(stack, unique_name):
+    """Not a 503 "broker unavailable" (nobody answers for a deleted queue's consumer): the queue is gone."""
+    make_queue(stack, unique_name)
+    outcome: dict[str, httpx.Response] = {}
+
+    def receive() -> None:
+        with httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"},
+                          timeout=30) as client:
+            outcome["answer"] = client.post(f"/v1/projects/default/queues/{unique_name}/messages/receive",
+                                            json={"max": 1, "wait": 10})
+
+    waiting = threading.Thread(target=receive)
+    waiting.start()
+    time.sleep(1)
+    with stack.admin() as admin:
+        admin.delete_queue("default", unique_name)
+    waiting.join(30)
+    answer = outcome["answer"]
+    assert answer.status_code == 404 or (answer.status_code == 200 and answer.json()["messages"] == []), answer.text
 
 
 def test_malformed_json_and_an_empty_receive_body(stack, http, unique_name):
