@@ -1,6 +1,9 @@
 """One-time notices a console form leaves for the page it redirects to (post, redirect, get): a
 password rotation's version and until when the old password logs in, shown once by the queue's
-Credentials tab. A reload of that page neither posts the form again nor shows the notice twice.
+Credentials tab; a queue created or its settings saved (its Settings tab); a queue deleted (the
+queues page). A reload of that page neither posts the form again nor shows the notice twice, and
+no link can make a page show one (they were query parameters once: any link could plant "Queue
+'…' is being deleted." with any text).
 
 Pure and in memory, like the sessions (web/sessions.py): a notice is kept per session and page,
 never holds a secret (the page's script fetches the new password through the API, with the CSRF

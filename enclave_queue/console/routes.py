@@ -293,8 +293,9 @@ async def switch_project(request: Request, project: str = "default") -> Response
 
 
 @router.get("/projects/{project}/queues")
-async def queues_page(request: Request, project: str, deleted: Optional[str] = None) -> Response:
+async def queues_page(request: Request, project: str) -> Response:
     session = await session_of(request)
+    deleted = (notices(request).take(session.id, f"{project}/queues") or {}).get("deleted")
     context, rows = await asyncio.gather(frame(request, session, project, deleted=deleted),
                                          service(request).overview(project))
     return page(request, "queues.html", {**context, "rows": rows})
@@ -317,11 +318,14 @@ async def create_queue(request: Request, project: str) -> Response:
         spec = parse_spec({"name": name, "project": project, **settings_from_form(form)})
         await service(request).create(spec)
     except (SpecError, Conflict) as exc:
-        errors = field_errors(exc, form) if exc.errors else {"name": exc.message} if isinstance(exc, Conflict) else {}
+        # beside Name, after its label: "Name is taken: Queue 'x' already exists …"
+        errors = field_errors(exc, form) if exc.errors else {"name": f"is taken: {exc.message}"} \
+            if isinstance(exc, Conflict) else {}
         context = await frame(request, session, project, values=form, errors=errors, detail=as_typed(exc.message, form))
         context["queues"] = [q.name for q in await service(request).list(project)]
         return page(request, "new_queue.html", context, status=exc.status)
-    return RedirectResponse(f"/projects/{project}/queues/{name}/settings?created=1", status_code=303)
+    notices(request).leave(session.id, f"{project}/{name}/settings", {"created": True})
+    return RedirectResponse(f"/projects/{project}/queues/{name}/settings", status_code=303)
 
 
 @router.get("/projects/{project}/queues/{name}")
@@ -349,12 +353,12 @@ async def queue_context(request: Request, session: Session, project: str, name: 
 
 
 @router.get("/projects/{project}/queues/{name}/{tab}")
-async def queue_page(request: Request, project: str, name: str, tab: str, created: int = 0,
-                     saved: int = 0) -> Response:
+async def queue_page(request: Request, project: str, name: str, tab: str) -> Response:
     session = await session_of(request)  # the tab is one of TABS: checked with the path (web/paths.py)
     rotated = notices(request).take(session.id, f"{project}/{name}") if tab == "credentials" else None
-    context = await queue_context(request, session, project, name, tab, created=bool(created), saved=bool(saved),
-                                  rotated=rotated)
+    done = (notices(request).take(session.id, f"{project}/{name}/settings") or {}) if tab == "settings" else {}
+    context = await queue_context(request, session, project, name, tab, created=bool(done.get("created")),
+                                  saved=bool(done.get("saved")), rotated=rotated)
     return page(request, "queue.html", context)
 
 
@@ -369,7 +373,8 @@ async def update_queue(request: Request, project: str, name: str) -> Response:
         context = await queue_context(request, session, project, name, "settings", values=form,
                                       errors=field_errors(exc, form), detail=as_typed(exc.message, form))
         return page(request, "queue.html", context, status=exc.status)
-    return RedirectResponse(f"/projects/{project}/queues/{name}/settings?saved=1", status_code=303)
+    notices(request).leave(session.id, f"{project}/{name}/settings", {"saved": True})
+    return RedirectResponse(f"/projects/{project}/queues/{name}/settings", status_code=303)
 
 
 @router.post("/projects/{project}/queues/{name}/delete")
@@ -387,7 +392,8 @@ async def delete_queue(request: Request, project: str, name: str) -> Response:
         context = await queue_context(request, session, project, name, "settings",
                                       errors={"confirm": exc.message}, detail=exc.message)
         return page(request, "queue.html", context, status=409)
-    return RedirectResponse(f"/projects/{project}/queues?deleted={name}", status_code=303)
+    notices(request).leave(session.id, f"{project}/queues", {"deleted": name})
+    return RedirectResponse(f"/projects/{project}/queues", status_code=303)
 
 
 @router.post("/projects/{project}/queues/{name}/rotate-password")

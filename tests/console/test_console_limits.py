@@ -26,7 +26,7 @@ def test_capacity_and_dedupe_window_from_the_forms(console: Page, stack, unique_
         "a key cannot outlive the messages it guards")
     window.fill("600")
     console.get_by_role("button", name="Create queue").click()
-    expect(console).to_have_url(queue_url(stack, unique_name) + "?created=1")
+    expect(console).to_have_url(queue_url(stack, unique_name))
     expect(console.locator("[data-state]")).to_have_text("Ready")
     with stack.admin() as admin:
         queue = admin.get_queue("default", unique_name)
@@ -55,7 +55,7 @@ def test_priorities_are_turned_on_from_the_new_queue_form_and_stay_on(console: P
     expect(console.get_by_label(PRIORITIES)).to_be_checked()  # kept after the refusal
     console.get_by_label("Retention").fill("24")
     console.get_by_role("button", name="Create queue").click()
-    expect(console).to_have_url(queue_url(stack, unique_name) + "?created=1")
+    expect(console).to_have_url(queue_url(stack, unique_name))
     expect(console.locator("[data-state]")).to_have_text("Ready")
     with stack.admin() as admin:
         assert admin.get_queue("default", unique_name)["priorities"] is True

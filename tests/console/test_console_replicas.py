@@ -19,7 +19,7 @@ def test_replicas_from_the_new_queue_form(console: Page, stack, unique_name):
         assert unique_name not in [q["name"] for q in admin.list_queues("default")]  # nothing made
     replicas.select_option("")
     console.get_by_role("button", name="Create queue").click()
-    expect(console).to_have_url(queue_url(stack, unique_name) + "?created=1")
+    expect(console).to_have_url(queue_url(stack, unique_name))
     with stack.admin() as admin:
         assert admin.get_queue("default", unique_name)["replicas"] == 1  # one node's default
     expect(console.get_by_label("Replicas", exact=True)).to_have_value("1")  # the Settings form shows the queue's own

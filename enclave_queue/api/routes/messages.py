@@ -21,13 +21,13 @@ import binascii
 import json
 import re
 from collections.abc import AsyncIterator
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...envelope import DELAY_RULE, MAX_DELAY
+from ...envelope import DELAY_RULE, MAX_DELAY, parse_json
 from ...errors import field_error
 from ...spec import (
     BASE64_RULE,
@@ -42,10 +42,11 @@ from ...spec import (
     RECEIVE_MAX_RULE,
     RECEIVE_WAIT_RULE,
 )
+from ...web.strictjson import StrictJSONRoute
 from ..auth import SECRET_READ
-from ..deps import ContentsOf, MessagesOf
+from ..deps import ContentsOf, MessagesOf, QueryInt
 
-router = APIRouter(prefix="/v1/projects/{project}/queues/{name}")
+router = APIRouter(prefix="/v1/projects/{project}/queues/{name}", route_class=StrictJSONRoute)
 
 NDJSON = "application/x-ndjson"
 EXPORT_CHUNK = 64 * 1024  #: bytes of JSON Lines sent at once
@@ -80,11 +81,25 @@ def check_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
+MAX_CONTENT_TYPE = 200  #: characters of a content type given with a string body
+_TOKEN = r"[A-Za-z0-9!#$&^_.+-]+"
+CONTENT_TYPE = re.compile(rf'{_TOKEN}/{_TOKEN}(\s*;\s*{_TOKEN}=({_TOKEN}|"[^"\\\x00-\x1f\x7f]*"))*')
+CONTENT_TYPE_RULE = (f"a media type (type/subtype, parameters after ';'), at most {MAX_CONTENT_TYPE} characters, "
+                     "with a string body: the text is stored as it is, labelled so (application/json: it must "
+                     "be JSON text)")
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
 class SendRequest(BaseModel):
     model_config = STRICT
     body: Any = Field(None, description="the message: a string (sent as its UTF-8 text) or any other JSON value "
                                         "(sent as compact JSON)")
     body_base64: Optional[str] = Field(None, description=BASE64_RULE)
+    content_type: Optional[str] = Field(None, description=CONTENT_TYPE_RULE)
     # checked by the service too, with the same sentences (for callers other than the API)
     dedupe_key: Optional[str] = Field(None, min_length=1, max_length=MAX_DEDUPE_KEY, description=DEDUPE_KEY_RULE)
     delay_seconds: float = Field(0, ge=0, le=MAX_DELAY, description=DELAY_RULE)
@@ -105,6 +120,8 @@ class ReceiveRequest(BaseModel):
 def encode_body(request: SendRequest) -> tuple[bytes, Optional[str]]:
     """The bytes to publish and their content type."""
     if request.body_base64 is not None:
+        if request.content_type is not None:
+            raise field_error("content_type", "goes only with a string body (the text to store as it is)")
         if request.body is not None:
             raise field_error("body_base64", "cannot be given with body", "Give either body or body_base64, not both.")
         try:
@@ -113,6 +130,8 @@ def encode_body(request: SendRequest) -> tuple[bytes, Optional[str]]:
             raise field_error("body_base64", f"must be {BASE64_RULE}") from None
     if "body" not in request.model_fields_set:
         raise field_error("body", "is required")
+    if request.content_type is not None:
+        return _labelled(request.body, request.content_type)
     if isinstance(request.body, str):
         try:
             return request.body.encode(), "text/plain; charset=utf-8"
@@ -124,6 +143,25 @@ def encode_body(request: SendRequest) -> tuple[bytes, Optional[str]]:
     except (ValueError, RecursionError, UnicodeEncodeError):
         raise field_error("body", "must be a JSON value that can be stored as JSON (not nested too deeply, no lone "
                                   "surrogates)") from None
+
+
+def _labelled(body: Any, content_type: str) -> tuple[bytes, str]:
+    """A string body stored as its text, as ``content_type`` says it is: the text itself, not a
+    JSON value re-encoded (which changes numbers past 2^53, drops repeated keys)."""
+    if not isinstance(body, str):
+        raise field_error("content_type", "goes only with a string body (the text to store as it is)")
+    if len(content_type) > MAX_CONTENT_TYPE or not CONTENT_TYPE.fullmatch(content_type):
+        raise field_error("content_type", f"must be {CONTENT_TYPE_RULE} (got {content_type[:64]!r})")
+    try:
+        data = body.encode()
+    except UnicodeEncodeError:
+        raise field_error("body", "must be text that UTF-8 can encode (it holds a lone surrogate)") from None
+    if _is_json(content_type):
+        try:
+            parse_json(data)
+        except ValueError as exc:
+            raise field_error("body", f"must be JSON text, as content_type says ({exc})") from None
+    return data, content_type
 
 
 @router.post("/messages", status_code=201)
@@ -163,7 +201,7 @@ async def nack_message(project: str, name: str, receipt: str, messages: Messages
 
 @router.get("/messages", dependencies=[SECRET_READ])
 async def peek_messages(project: str, name: str, messages: MessagesOf,
-                        limit: int = Query(10, ge=1, le=MAX_PEEK, description=PEEK_LIMIT_RULE)) -> dict[str, Any]:
+                        limit: Annotated[QueryInt, Query(ge=1, le=MAX_PEEK, description=PEEK_LIMIT_RULE)] = 10) -> dict[str, Any]:
     return {"messages": await messages.peek(project, name, limit)}
 
 

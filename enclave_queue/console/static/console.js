@@ -105,11 +105,15 @@ function showProblem(form, problem, fallback) {
   if (!placed && fallback) fallback(inWords(form, problem.message));
 }
 
-// A number field's text as a JSON number when it is one; else the text, for the API to refuse
-// with the field's rule.
+// A number field's text as a JSON number when it is a plain decimal that a number holds as
+// typed; else the text, for the API to refuse with the field's rule, quoting what was typed.
+// (Number() also reads "0x10", "1e3", "Infinity" and "" — and JSON writes Infinity as null.)
+const DECIMAL = /^[+-]?(\d+(\.\d*)?|\.\d+)$/;
 function numberOf(text) {
   const trimmed = String(text).trim();
-  return trimmed !== "" && !isNaN(Number(trimmed)) ? Number(trimmed) : trimmed;
+  const number = Number(trimmed);
+  return DECIMAL.test(trimmed) && Number.isFinite(number) && (!Number.isInteger(number) || Number.isSafeInteger(number))
+    ? number : trimmed;
 }
 
 function busy(form, on) {
@@ -209,7 +213,11 @@ function parseHeaders(text) {
     if (colon < 1) {
       throw new Problem(422, { errors: [{ field: "headers", message: `line ${i + 1} is not “Name: value” (got ${JSON.stringify(line)})` }] });
     }
-    headers[line.slice(0, colon).trim()] = line.slice(colon + 1).trim();
+    const name = line.slice(0, colon).trim();
+    if (Object.keys(headers).some((known) => known.toLowerCase() === name.toLowerCase())) {
+      throw new Problem(422, { errors: [{ field: "headers", message: `line ${i + 1} repeats the header ${JSON.stringify(name)} (a message carries each once)` }] });
+    }
+    headers[name] = line.slice(colon + 1).trim();
   }
   return headers;
 }
@@ -236,13 +244,16 @@ function messagesTab(section) {
       request.body = fields.body.value;
       if (fields.format.value === "json") {
         try {
-          request.body = JSON.parse(fields.body.value);
+          JSON.parse(fields.body.value);  // checked here for a quick answer, and by the server
         } catch (error) {
           throw new Problem(422, { errors: [{ field: "body", message: `is not valid JSON (${error.message})` }] });
         }
+        // sent as typed: parsed and written again, numbers past 2^53 and repeated keys would change
+        request.content_type = "application/json";
       }
       if (fields.delay_seconds.value.trim()) request.delay_seconds = numberOf(fields.delay_seconds.value);
-      if (fields.dedupe_key.value !== "") request.dedupe_key = fields.dedupe_key.value;
+      // trimmed: a stray space would make a key of its own, and every later send with it a duplicate
+      if (fields.dedupe_key.value.trim() !== "") request.dedupe_key = fields.dedupe_key.value.trim();
       const headers = parseHeaders(fields.headers.value);
       if (Object.keys(headers).length) request.headers = headers;
     } catch (problem) {
@@ -256,7 +267,10 @@ function messagesTab(section) {
         : sent.delayed_until ? `Sent: sequence ${sent.sequence}, delayed until ${when(sent.delayed_until)}.`
           : `Sent: sequence ${sent.sequence}.`;
     } catch (problem) {
-      showProblem(sendForm, problem, (text) => { sendResult.textContent = text; });
+      // a body over the queue's size (413, no field named): said beside Body
+      const tooLarge = problem.status === 413 && !(problem.body.errors || []).length;
+      showProblem(sendForm, tooLarge ? new Problem(413, { errors: [{ field: "body", message: `is too large: ${problem.message}` }] })
+        : problem, (text) => { sendResult.textContent = text; });
     } finally {
       busy(sendForm, false);
     }
