@@ -13,9 +13,11 @@ imported inside ``main``, so an early Ctrl-C is caught too); a stdout closed ear
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import traceback
+from typing import Any
 
 UNEXPECTED = 1  #: exit code of an error nothing expected
 INTERRUPTED = 130  #: exit code after Ctrl-C (128 + SIGINT), as a shell reports it
@@ -24,8 +26,11 @@ CLOSED_STDOUT = 1  #: exit code when stdout is closed early, as Typer itself exi
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
+    _whole_writes()
     try:
-        return _run(argv)
+        code = _run(argv)
+        sys.stdout.flush()  # what is still buffered: a stdout closed early fails here, not unseen at exit
+        return code
     except KeyboardInterrupt:
         return INTERRUPTED
     except BrokenPipeError:
@@ -97,6 +102,42 @@ def _plain(message: str) -> str:
 
 def _tracebacks() -> bool:
     return os.environ.get("ENCLAVE_TRACEBACK") == "1"
+
+
+class _WholeWrites(io.RawIOBase):
+    """A file descriptor written in full or not at all: CPython's buffered stdout takes a write to a
+    pipe the reader closed midway for done (the kernel writes part, the rest is dropped without an
+    error: ``enclave queue peek --json | head -c1`` exited 0 with most of its output lost)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return os.isatty(self.fd)
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        while view:  # BrokenPipeError once the reader has gone
+            view = view[os.write(self.fd, view):]
+        return len(data)
+
+
+def _whole_writes() -> None:
+    """Give sys.stdout a descriptor written in full (``_WholeWrites``), when it has one."""
+    try:
+        fd, old = sys.stdout.fileno(), sys.stdout
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture)
+        return
+    old.flush()
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_WholeWrites(fd)), encoding=old.encoding, errors=old.errors,
+                                  line_buffering=old.line_buffering)
 
 
 def _silence_stdout() -> None:

@@ -417,6 +417,8 @@ def export(
         finally:
             if output:
                 sink.close()
+        if not output:
+            sink.flush()  # all of it out before it is said to be: a closed stdout fails here
     by_status = ", ".join(f"{counts[s]} {s.replace('_', ' ')}" for s in EXPORT_STATUSES)
     err.print(f"Exported {sum(counts.values())} message(s) of '{name}': {by_status}.", markup=False)
 

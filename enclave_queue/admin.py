@@ -90,6 +90,7 @@ class AdminClient:
         if not sendable_token(token):  # never repeated: a secret
             raise Unauthorized("The API token holds a character that is not printable ASCII: it is not an API token.")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._tokenless = not token
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, follow_redirects=False,
                                   event_hooks={"response": [lambda response: _only_json(self.url, response)]})
 
@@ -113,6 +114,10 @@ class AdminClient:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from exc
+        if response.status_code == 401 and self._tokenless:  # the server's words are for HTTP callers
+            raise Unauthorized(f"The Enclave API at {self.url} needs a token, and none was found: set ENCLAVE_TOKEN, "
+                               "or ENCLAVE_HOME to the data directory of the running 'enclave up' (its admin-token "
+                               "file is read).")
         _raise_for_problem(response)
         if response.status_code == 204 or not response.content:
             return None

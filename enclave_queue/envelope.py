@@ -372,12 +372,25 @@ def body_view(data: bytes) -> dict[str, Any]:
         return {"body": None, "body_base64": base64.b64encode(data).decode()}
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):  # 1e400: JSON's, but no float holds it, and it would be written back as Infinity
+        raise ValueError(f"{text[:32]} is too large a number to read")
+    return number
+
+
 def parse_json(data: bytes | str) -> Any:
     """``json.loads`` for what others sent: a document nested deeper than the parser goes (about
     1,000 levels, which a few KiB reach; it raises RecursionError, no ValueError) is refused as
-    invalid JSON too."""
+    invalid JSON too, and so are ``NaN`` and ``Infinity``, which Python reads and writes back but
+    JSON has not got (an export would have written them as they came: no JSON Lines reader takes
+    them), and numbers too large for a float (read as infinite)."""
     try:
-        return json.loads(data)
+        return json.loads(data, parse_constant=_not_json, parse_float=_finite)
     except RecursionError:
         raise ValueError("The JSON is nested too deeply to read") from None
 

@@ -14,6 +14,7 @@ from tf.schema import Attribute, Schema
 from tf.types import String, Unknown
 from tf.utils import Diagnostics
 
+from enclave_queue.admin import sendable_token
 from enclave_queue.settings import ClientSettings
 
 from .data_sources import QueueDataSource, SecretDataSource
@@ -68,7 +69,14 @@ class EnclaveProvider(Provider):
             self.session.refuse(f"The provider's {', '.join(pending)} will only be known at apply; "
                                 "apply the resources it depends on first (-target).", project)
             return
-        self.session.connect(config.get("endpoint") or defaults.url, config.get("token") or defaults.token, project)
+        token = config.get("token")
+        # a token read with file() keeps the file's final newline: no token has spaces around it
+        token = token.strip() if isinstance(token, str) else token
+        if not sendable_token(token):
+            diags.add_error("Invalid token", "token holds a character that is not printable ASCII (a space, a "
+                                             "newline inside it): it is not an API token.", path=["token"])
+            return
+        self.session.connect(config.get("endpoint") or defaults.url, token or defaults.token, project)
 
     def get_data_sources(self) -> list[type[DataSource]]:
         return [QueueDataSource, SecretDataSource]

@@ -25,8 +25,10 @@ from .routes import deadletters, health, messages, metrics, queues, secrets
 def create_app(runtime: Optional[ControlPlane], *, error_page: Optional[ErrorPage] = None) -> FastAPI:
     """The API's app serving ``runtime`` (None: the route table alone). ``error_page`` renders an
     error on a page a browser asked for (the console's, api/problems.py)."""
+    # redirect_slashes off: a path with a trailing slash is a 404 problem, not a bare 307 to a
+    # Location built from the request's Host header (an open redirect behind a proxy)
     app = FastAPI(title="Enclave Queues", version="1", docs_url=None, redoc_url=None, openapi_url=OPENAPI_PATH,
-                  dependencies=[Depends(check_path)])
+                  dependencies=[Depends(check_path)], redirect_slashes=False)
     attach(app, runtime)
     problems.install(app, error_page)
     openapi.install(app)

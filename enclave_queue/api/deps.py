@@ -3,9 +3,11 @@ the part of it each route works with, so that no route reaches through the runti
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from pydantic import BeforeValidator
 
 from ..queues.contents import Contents
 from ..queues.deadletters import DeadLetterOps
@@ -39,3 +41,23 @@ Service = Annotated[QueueService, Depends(_service)]
 MessagesOf = Annotated[Messages, Depends(_messages)]
 ContentsOf = Annotated[Contents, Depends(_contents)]
 DeadLettersOf = Annotated[DeadLetterOps, Depends(_dead_letters)]
+
+
+_DIGITS = re.compile(r"[0-9]{1,20}")
+_DECIMAL = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?")
+
+
+def _written(pattern: re.Pattern[str], rule: str) -> BeforeValidator:
+    """A query parameter's text read only as ``pattern`` spells numbers: Python and pydantic also
+    read ``1_0``, ``+5``, `` 5`` and other scripts' digits, which no rule of ours names."""
+    def check(value: Any) -> Any:
+        if isinstance(value, str) and not pattern.fullmatch(value):
+            raise ValueError(rule)
+        return value
+    return BeforeValidator(check)
+
+
+#: an integer query parameter (``?limit=10``): ASCII digits, nothing else
+QueryInt = Annotated[int, _written(_DIGITS, "must be written in digits 0-9")]
+#: a number query parameter (``?wait_seconds=2.5``): digits, and a decimal point
+QueryNumber = Annotated[float, _written(_DECIMAL, "must be written in digits 0-9, with a decimal point if any")]

@@ -82,6 +82,26 @@ def _declared_length(scope: Scope) -> int | None:
     return None
 
 
+def _hardened(scope: Scope, send: Send) -> Send:
+    """``send`` adding to every answer ``X-Content-Type-Options: nosniff`` (a body is what its
+    Content-Type says, never sniffed into HTML), and to the API's (``/v1/``: one caller's data,
+    message bodies among them) ``Cache-Control: no-store`` where the route set none."""
+    api = scope["path"].startswith("/v1/")
+
+    async def hardened_send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            names = {name.lower() for name, _ in headers}
+            if b"x-content-type-options" not in names:
+                headers.append((b"x-content-type-options", b"nosniff"))
+            if api and b"cache-control" not in names:
+                headers.append((b"cache-control", b"no-store"))
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return hardened_send
+
+
 class RequestGuard:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -90,6 +110,7 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = _hardened(scope, send)
         head = sum(len(key) + len(value) + 4 for key, value in scope["headers"]) + len(scope.get("raw_path") or b"")
         if head > HEAD_LIMIT:  # before the token: a huge head is refused unread, as a problem
             await problems.problem(431, "Request header fields too large",

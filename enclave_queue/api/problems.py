@@ -26,6 +26,7 @@ from starlette.routing import compile_path
 from ..errors import BrokerUnavailable, EnclaveError, SpecError, Unauthorized, field_error
 from ..spec import spec_error
 from ..web.paths import endpoints
+from ..web.strictjson import RepeatedKey
 
 log = logging.getLogger("enclave.api")
 
@@ -107,6 +108,8 @@ def _parse_failure(exc: StarletteHTTPException) -> SpecError:
         message = "is not valid JSON (it is not UTF-8 text)"
     elif isinstance(cause, RecursionError):
         message = "is not valid JSON here (it is nested too deeply)"
+    elif isinstance(cause, RepeatedKey):
+        message = f"is not valid JSON here ({cause})"
     else:
         message = "is not valid JSON"
     return field_error("body", message)

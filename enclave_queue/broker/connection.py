@@ -211,6 +211,9 @@ class BrokerConnection:
         self.callout = callout
         self.pool = pool
         self.js = control.jetstream(timeout=5)
+        #: the control process is stopping: long polls (broker/pull.py) end at their next round,
+        #: answered, before the HTTP server's grace for requests under way runs out
+        self.closing = False
 
     @classmethod
     async def connect(cls, url: str, keys: OperatorKeys) -> BrokerConnection:

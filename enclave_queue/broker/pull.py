@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any, Optional
 
 import nats.errors
@@ -34,9 +35,11 @@ NO_WAIT_ANSWER = 5.0  #: seconds a ``no_wait`` request may take to be answered
 HEARTBEAT = "100"  #: not asked for, and no end
 
 
-async def pull(nc: Client, stream: str, consumer: str, count: int, wait: float) -> list[Msg]:
+async def pull(nc: Client, stream: str, consumer: str, count: int, wait: float,
+               closing: Callable[[], bool] = lambda: False) -> list[Msg]:
     """Up to ``count`` deliveries of ``consumer`` on ``stream``, waiting up to ``wait`` seconds
-    for the first. Raises NoRespondersError when nobody answers for the consumer (the broker is
+    for the first, or until ``closing()`` says to stop waiting (at the end of a round: at most
+    PULL_SECONDS). Raises NoRespondersError when nobody answers for the consumer (the broker is
     loading the account, or the consumer is gone)."""
     subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
     inbox = nc.new_inbox()
@@ -46,7 +49,7 @@ async def pull(nc: Client, stream: str, consumer: str, count: int, wait: float) 
         deadline = time.monotonic() + wait
         while not taken:
             left = deadline - time.monotonic()
-            if left < 0.05:
+            if left < 0.05 or closing():
                 return []
             expires = min(left, PULL_SECONDS)
             taken = await _ask(nc, sub, subject, inbox, {"batch": 1, "expires": int(expires * 1e9)}, 1,

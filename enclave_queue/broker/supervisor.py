@@ -205,7 +205,10 @@ class Supervisor:
             self._proc = await asyncio.create_subprocess_exec(
                 str(self.binary), "-c", str(self.config_path),
                 stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
-                env=self._env(), preexec_fn=die_with_parent,
+                # a session of its own: Ctrl-C (or a SIGTERM to the process group) reaches the
+                # control process alone, which stops the broker itself; the broker took it too and
+                # exited, and was restarted (or its exit logged as a crash) as the stop began
+                env=self._env(), preexec_fn=die_with_parent, start_new_session=True,
             )
         try:
             self._pid_file.write_text(f"{self._proc.pid}\n")

@@ -223,7 +223,8 @@ class Messages:
             try:
                 until = time.monotonic() + wait  # a pull asked again (no responders) waits only what is left
                 return await retry_unavailable(lambda: pull(nc, stream_name(record.id), consumer, count,
-                                                            max(until - time.monotonic(), 0.0)))
+                                                            max(until - time.monotonic(), 0.0),
+                                                            lambda: self.conn.closing))
             except UNAVAILABLE:  # nobody answers for the consumer: the broker is loading the account
                 raise not_ready(record) from None
 
@@ -240,7 +241,7 @@ class Messages:
                 if len(msgs) < count and (info.num_pending or info.num_ack_pending):
                     fetch_wait = 1.0 if info.num_pending else 0.1  # a handed-back one may not be due yet
                     msgs += await self._take(record, lane_consumer(level), count - len(msgs), fetch_wait)
-            if msgs or time.monotonic() >= deadline:
+            if msgs or time.monotonic() >= deadline or self.conn.closing:
                 return msgs
             await asyncio.sleep(min(PRIORITY_POLL, max(deadline - time.monotonic(), 0)))
 

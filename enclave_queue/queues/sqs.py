@@ -125,7 +125,8 @@ class SqsMessages:
             try:
                 until = time.monotonic() + wait  # a pull asked again (no responders) waits only what is left
                 return await retry_unavailable(lambda: pull(nc, stream_name(record.id), CONSUMER, count,
-                                                            max(until - time.monotonic(), 0.0)))
+                                                            max(until - time.monotonic(), 0.0),
+                                                            lambda: self.conn.closing))
             except UNAVAILABLE:
                 raise not_ready(record) from None
 

@@ -408,6 +408,8 @@ class Runtime:
 
     async def _stop_parts(self) -> None:
         """Stop what ``_start_parts`` started, in reverse; the broker and the lock stay."""
+        if self.conn is not None:
+            self.conn.closing = True  # long polls under way end, answered, within the HTTP server's grace
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):

@@ -15,10 +15,11 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..spec import PROJECT_PATTERN, PROJECT_RULE, ProjectName
+from ..web.strictjson import StrictJSONRoute
 from .endpoint import context_of
 from .keys import ID_PATTERN, MAX_NAME, NAME_RULE
 
-router = APIRouter(prefix="/v1/access-keys")
+router = APIRouter(prefix="/v1/access-keys", route_class=StrictJSONRoute)
 
 ID_RULE = "an access key id: EQAK and 16 of A–Z and 2–7"
 

@@ -247,6 +247,30 @@ def test_a_receive_waiting_on_a_queue_that_is_deleted_ends_as_not_found(stack, u
     assert answer.status_code == 404 or (answer.status_code == 200 and answer.json()["messages"] == []), answer.text
 
 
+def test_a_string_body_with_a_content_type_is_stored_as_typed(stack, http, unique_name):
+    """JSON given as text is stored as it is (a JSON value is re-encoded, which cannot keep a
+    number past 2^53 exact, nor a repeated key); a JSON content type needs JSON text."""
+    make_queue(stack, unique_name)
+    base = f"/v1/projects/default/queues/{unique_name}/messages"
+    typed = '{"id": 9007199254740993, "id": 2}'
+    assert http.post(base, json={"body": typed, "content_type": "application/json"}).status_code == 201
+    assert http.post(base, json={"body": "a,b\n1,2", "content_type": "text/csv; charset=utf-8"}).status_code == 201
+    (first, second) = http.get(base, params={"limit": 10}).json()["messages"]
+    assert (first["body"], first["content_type"]) == (typed, "application/json")
+    assert (second["body"], second["content_type"]) == ("a,b\n1,2", "text/csv; charset=utf-8")
+    for request, field in (({"body": "{not json", "content_type": "application/json"}, "body"),
+                           ({"body": "NaN", "content_type": "application/problem+json"}, "body"),
+                           ({"body": {"a": 1}, "content_type": "application/json"}, "content_type"),
+                           ({"body_base64": "AAE=", "content_type": "text/plain"}, "content_type"),
+                           ({"body": "x", "content_type": "text/plain\r\nX-Injected: 1"}, "content_type"),
+                           ({"body": "x", "content_type": "not a type"}, "content_type"),
+                           ({"body": "x", "content_type": "a/" + "b" * 300}, "content_type")):
+        answer = http.post(base, json=request)
+        assert answer.status_code == 422, (request, answer.text)
+        assert field in answer.json()["detail"], (request, answer.text)
+    assert len(http.get(base, params={"limit": 10}).json()["messages"]) == 2  # nothing stored
+
+
 def test_malformed_json_and_an_empty_receive_body(stack, http, unique_name):
     make_queue(stack, unique_name)
     response = http.post("/v1/projects/default/queues", content=b'{"name": ', headers={"content-type": "application/json"})

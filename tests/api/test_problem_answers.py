@@ -140,6 +140,9 @@ def test_a_stopped_broker_is_unavailable_in_healthz_and_metrics_do_not_wait_on_i
         while http.get("/healthz").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert http.get("/healthz").json()["status"] == "ok"
+        deadline = time.monotonic() + 10  # a scrape within a second of the last reuses its read
+        while "enclave_broker_up 1.0" not in http.get("/metrics").text and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert "enclave_broker_up 1.0" in http.get("/metrics").text
 
 
@@ -149,3 +152,17 @@ def test_a_request_head_over_16_kib_is_a_431_problem(stack, size):
         response = httpx.get(f"{stack.api_url}{path}", headers={"X-Padding": "a" * size})
         body = problem(response, 431, "Request header fields too large")
         assert "at most 16384" in body["detail"]
+
+
+def test_a_trailing_slash_is_a_404_problem_not_a_redirect_to_any_host(stack):
+    headers = {"Authorization": f"Bearer {stack.token}", "Host": "evil.example.com"}
+    for method, path in (("GET", "/v1/projects/default/queues/"), ("POST", "/v1/projects/default/queues/")):
+        answer = httpx.request(method, stack.api_url + path, headers=headers, json={}, follow_redirects=False)
+        assert answer.status_code == 404 and "location" not in answer.headers, (path, answer.status_code)
+        assert answer.headers["content-type"] == "application/problem+json"
+
+
+def test_health_and_metrics_answer_head_as_load_balancers_ask(stack):
+    assert httpx.head(stack.api_url + "/healthz").status_code == 200
+    assert httpx.head(stack.api_url + "/metrics", headers={"Authorization": f"Bearer {stack.token}"}).status_code == 200
+    assert httpx.head(stack.api_url + "/metrics").status_code == 401  # still behind its token

@@ -124,3 +124,19 @@ def test_the_largest_message_fits_the_send_limit_however_it_is_encoded(stack, ht
     assert len(request.content) > 6 * MiB
     assert http.send(request).status_code == 201
     assert problem(http.post(path, json={"body": text + "x"}), 413)["title"] == "Message too large"
+
+
+def test_api_answers_are_not_cached_and_no_answer_is_sniffed(stack, http, unique_name):
+    """Message bodies (peek, dead letters, export) are one caller's data, as credentials are:
+    every /v1/ answer says no-store unless its route says otherwise, and every answer, console
+    pages and problems included, says nosniff."""
+    make_queue(stack, unique_name)
+    base = f"/v1/projects/default/queues/{unique_name}"
+    http.post(f"{base}/messages", json={"body": "<html><script>alert(1)</script>"})
+    for path in (f"{base}/messages", f"{base}/dead-letters", f"{base}/export", f"{base}/stats",
+                 "/v1/projects/default/queues/no-such-queue"):
+        answer = http.get(path)
+        assert answer.headers["cache-control"] == "no-store", path
+        assert answer.headers["x-content-type-options"] == "nosniff", path
+    for path in ("/healthz", "/sign-in", "/static/console.css"):
+        assert httpx.get(stack.api_url + path).headers["x-content-type-options"] == "nosniff", path

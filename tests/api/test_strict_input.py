@@ -140,3 +140,30 @@ def test_a_redrive_max_has_no_upper_bound(http, stack, queue, unique_name):
     task = http.post(f"{queue}/redrives", json={"to": f"{unique_name}-to", "max": 1000, "dry_run": True})
     assert task.status_code == 202, task.text
     assert task.json()["max"] == 1000
+
+
+def test_a_key_named_twice_is_refused_not_the_last_one_taken(stack, http, unique_name):
+    """``json.loads`` keeps the last of a repeated key: what was sent was not what was read."""
+    make_queue(stack, unique_name)
+    json_type = {"Content-Type": "application/json"}
+    for path, body in (("/v1/projects/default/queues", f'{{"name": "{unique_name}-a", "name": "{unique_name}-b"}}'),
+                       (f"/v1/projects/default/queues/{unique_name}/messages", '{"body": "a", "body": "b"}'),
+                       (f"/v1/projects/default/queues/{unique_name}/messages",
+                        '{"body": "a", "headers": {"X-A": "1", "X-A": "2"}}'),
+                       ("/v1/access-keys", '{"project": "default", "project": "other"}')):
+        answer = http.post(path, content=body, headers=json_type)
+        assert answer.status_code == 422, (path, answer.text)
+        assert "names the key" in answer.json()["detail"] and "twice" in answer.json()["detail"]
+    assert http.get(f"/v1/projects/default/queues/{unique_name}-b").status_code == 404
+    assert http.get(f"/v1/projects/default/queues/{unique_name}/stats").json()["sent"] == 0
+
+
+@pytest.mark.parametrize("written", ["1_0", "%2B5", "%205", "5%20", "\u0665", "0x5", "5.0"])
+def test_a_query_number_is_written_in_digits(stack, http, unique_name, written):
+    """Python and pydantic read ``1_0`` as 10 (and ``+5``, `` 5``, other scripts' digits): a path's
+    numbers never were, and a query's are not now."""
+    make_queue(stack, unique_name)
+    answer = http.get(f"/v1/projects/default/queues/{unique_name}/messages?limit={written}")
+    body = problem(answer, 422, "Invalid specification")
+    assert body["errors"][0]["field"] == "limit"
+    assert http.get(f"/v1/projects/default/queues/{unique_name}/status?wait_seconds=1e1").status_code == 422

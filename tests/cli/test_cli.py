@@ -106,7 +106,8 @@ def test_error_lines_and_exit_codes(stack, unique_name, tmp_path):
          f"error: The message is 1025 bytes; queue '{unique_name}' accepts at most 1024 (max_message_bytes)."),
         (("queue", "list"), {"ENCLAVE_TOKEN": "enq_wrong"}, 7, "error: The API token is not valid."),
         (("queue", "list"), {"ENCLAVE_TOKEN": "", "ENCLAVE_HOME": str(tmp_path)}, 7,
-         "error: This route needs an API token: send 'Authorization: Bearer <token>'."),
+         f"error: The Enclave API at {stack.api_url} needs a token, and none was found: set ENCLAVE_TOKEN, or "
+         "ENCLAVE_HOME to the data directory of the running 'enclave up' (its admin-token file is read)."),
         (("queue", "create", unique_name, "--max-receives", "abc"), {}, 2,
          "error: Invalid value for '--max-receives': Input should be a valid integer, unable to parse string as an integer"),
     ]
@@ -187,3 +188,25 @@ def test_no_receipt_begins_with_a_dash_so_none_reads_as_an_option(stack, unique_
     ok(stack, "queue", "send", unique_name, "--", "-p is the body")  # a body that begins with '-', as --help says
     (sent,) = json.loads(ok(stack, "queue", "receive", unique_name, "--json").stdout)  # the others are in flight
     assert sent["body"] == "-p is the body"
+
+
+def test_a_stdout_closed_early_is_exit_1(stack, unique_name):
+    """``enclave queue peek … | head -c1``: the output did not all arrive, so the command did not
+    succeed. It exited 0: CPython's buffered stdout takes a write the kernel cut short at a closed
+    pipe for done, and drops the rest without an error (cli/main.py writes stdout in full)."""
+    import os
+
+    make = run(stack, "queue", "create", unique_name, "--wait")
+    assert make.returncode == 0, make.stderr
+    with stack.admin() as admin:  # more than a pipe holds (64 KiB): the command writes after the reader left
+        for _ in range(20):
+            admin.send("default", unique_name, "x" * 10_000)
+    for args in (["queue", "peek", unique_name, "--limit", "20", "--json"], ["queue", "export", unique_name]):
+        read, write = os.pipe()
+        command = subprocess.Popen([ENCLAVE, *args], stdout=write, stderr=subprocess.PIPE, env=stack.env)
+        os.close(write)
+        os.read(read, 1)
+        os.close(read)
+        _, err = command.communicate(timeout=30)
+        assert command.returncode == 1, (args, err)
+        assert b"Traceback" not in err

@@ -95,10 +95,35 @@ def test_path_traversal_and_extra_routes_are_refused_before_any_request(stack, u
         assert [m["body"] for m in admin.peek("default", unique_name)] == ["mine"]
 
 
-def test_a_redirect_is_an_error_not_a_success(stack, unique_name):
-    make_queue(stack, unique_name)
-    with stack.admin() as admin, pytest.raises(EnclaveError, match=r"^The Enclave API answered 307 .* not followed"):
-        admin.request("DELETE", f"/v1/projects/default/queues/{unique_name}/messages/")
+def test_a_redirect_is_an_error_not_a_success():
+    """Something else answering at the API's address (a proxy, a misconfigured load balancer) with a
+    redirect: the client neither follows it (its token would go along) nor takes it for a success.
+    (Enclave itself answers a trailing slash with a 404 problem, not a redirect.)"""
+    import http.server
+    import threading
+
+    from enclave_queue.admin import AdminClient
+
+    class Redirecting(http.server.BaseHTTPRequestHandler):
+        def do_DELETE(self) -> None:  # noqa: N802 - the handler's name for DELETE
+            self.send_response(307)
+            self.send_header("Location", "http://elsewhere.example/v1/x")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Redirecting)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        with AdminClient(f"http://127.0.0.1:{server.server_port}", "enq_token") as admin, \
+                pytest.raises(EnclaveError, match=r"^The Enclave API answered 307 .* not followed"):
+            admin.request("DELETE", "/v1/projects/default/queues/emails/messages")
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 # -- item 8: text from messages and the server -------------------------------------------------

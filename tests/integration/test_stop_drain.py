@@ -60,3 +60,33 @@ async def test_a_clients_close_leaves_no_unretrieved_exception(stack, unique_nam
     gc.collect()
     await asyncio.sleep(0)
     assert [r.get("message") for r in reports] == []
+
+
+def test_a_long_poll_under_way_when_the_stack_stops_is_answered(enclave_stack_factory):
+    """SIGTERM while a receive waits 15 s: the HTTP server's grace for requests under way (5 s) used
+    to run out, and the request was cancelled: a plain-text 500 and a traceback in the log. The
+    long poll now ends at its next round (at most 2 s), answered with what it has."""
+    import signal
+    import threading
+
+    import httpx
+
+    stack = enclave_stack_factory()
+    make_queue(stack, "longpoll")
+    answered: dict[str, httpx.Response] = {}
+
+    def receive() -> None:
+        answered["answer"] = httpx.post(f"{stack.api_url}/v1/projects/default/queues/longpoll/messages/receive",
+                                        json={"max": 1, "wait": 15}, timeout=30,
+                                        headers={"Authorization": f"Bearer {stack.token}"})
+
+    waiting = threading.Thread(target=receive)
+    waiting.start()
+    waiting.join(1)
+    assert waiting.is_alive()  # waiting on the empty queue
+    stack.proc.send_signal(signal.SIGTERM)
+    waiting.join(30)
+    answer = answered["answer"]
+    assert (answer.status_code, answer.json()) == (200, {"messages": []}), answer.text
+    assert stack.proc.wait(30) == 0
+    assert "Traceback" not in stack.log_path.read_text()

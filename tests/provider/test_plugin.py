@@ -171,3 +171,16 @@ def test_an_unconfigured_or_unreachable_api_is_a_diagnostic(start_provider, tmp_
     assert error.summary.startswith("Unable to read queue 'emails': Cannot reach the Enclave API at http://127.0.0.1:9")
     assert state is None and tofu.process.alive()
     assert os.path.exists(tofu.process.handshake.address)
+
+
+def test_a_token_read_from_a_file_with_its_newline_works_and_a_broken_one_is_a_diagnostic(start_provider, stack):
+    """``token = file(".../admin-token")`` keeps the file's final newline: trimmed. A token with a
+    space inside was the provider's own failure ("a bug in the provider"): now a diagnostic on token."""
+    tofu = Tofu(start_provider())
+    assert errors_of(tofu.configure(endpoint=stack.api_url, token=stack.token + "\n")) == []
+    _, diags = tofu.read_data("enclave_queue", tofu.data_config("enclave_queue", name="no-such-queue"))
+    (missing,) = errors_of(diags)  # the token was taken: the API answers the read, and the queue is not there
+    assert "does not exist" in missing.summary + missing.detail, missing
+    broken = Tofu(start_provider())
+    (error,) = errors_of(broken.configure(endpoint=stack.api_url, token="enq_two words"))
+    assert error.path == ("token",) and "not printable ASCII" in error.detail

@@ -290,9 +290,11 @@ def test_tags_listing_and_a_repeated_create(sqs, stack, unique_name):
     ({"MaximumMessageSize": "abc"}, "InvalidAttributeValue", "from 1024 to 1048576"),
     ({"RedrivePolicy": '{"maxReceiveCount": 3}'}, "InvalidAttributeValue", "deadLetterTargetArn"),
     # numbers int() would take or turn: a fraction cut off, an infinity it cannot convert at all
+    # (Infinity is no JSON: the policy is refused as a whole)
     *(({"RedrivePolicy": json.dumps({"deadLetterTargetArn": "arn:aws:sqs:us-east-1:default:elsewhere",
-                                     "maxReceiveCount": count})}, "InvalidAttributeValue", "maxReceiveCount must be")
-      for count in (2.5, float("inf"), "1_0")),
+                                     "maxReceiveCount": count})}, "InvalidAttributeValue", fragment)
+      for count, fragment in ((2.5, "maxReceiveCount must be"), (float("inf"), "must be a JSON object"),
+                              ("1_0", "maxReceiveCount must be"))),
     ({"VisibilityTimeout": "1_0"}, "InvalidAttributeValue", "from 0 to 43200"),
     ({"NoSuchAttribute": "1"}, "InvalidAttributeName", "NoSuchAttribute"),
     ({"ContentBasedDeduplication": "true"}, "InvalidAttributeName", "ContentBasedDeduplication"),

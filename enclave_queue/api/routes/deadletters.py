@@ -8,7 +8,7 @@ options are strict JSON types; each field's description is its rule, which its 4
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
@@ -27,11 +27,12 @@ from ...spec import (
     REDRIVE_RATE_RULE,
     QueueName,
 )
+from ...web.strictjson import StrictJSONRoute
 from ..auth import SECRET_READ
-from ..deps import DeadLettersOf, Service
+from ..deps import DeadLettersOf, QueryInt, Service
 from .messages import STRICT
 
-router = APIRouter(prefix="/v1/projects/{project}/queues/{name}")
+router = APIRouter(prefix="/v1/projects/{project}/queues/{name}", route_class=StrictJSONRoute)
 
 
 class RedriveRequest(BaseModel):
@@ -47,8 +48,8 @@ class RedriveRequest(BaseModel):
 
 @router.get("/dead-letters", dependencies=[SECRET_READ])
 async def list_dead_letters(project: str, name: str, ops: DeadLettersOf,
-                            limit: int = Query(50, ge=1, le=MAX_LIST, description=LIST_LIMIT_RULE),
-                            after: int = Query(0, ge=0, le=MAX_SEQUENCE, description=AFTER_RULE),
+                            limit: Annotated[QueryInt, Query(ge=1, le=MAX_LIST, description=LIST_LIMIT_RULE)] = 50,
+                            after: Annotated[QueryInt, Query(ge=0, le=MAX_SEQUENCE, description=AFTER_RULE)] = 0,
                             source: Optional[str] = Query(None, description=f"only the letters from this queue: "
                                                                              f"{NAME_RULE}")) -> dict[str, Any]:
     """A page of the queue's letters; with ``source``, only those that came from that queue."""

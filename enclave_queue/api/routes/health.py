@@ -10,7 +10,7 @@ from ..deps import Plane
 router = APIRouter()
 
 
-@router.get("/healthz", include_in_schema=False)
+@router.api_route("/healthz", methods=["GET", "HEAD"], include_in_schema=False)
 async def healthz(runtime: Plane) -> JSONResponse:
     """200 ``{"status": "ok"}`` once the broker and the control plane are ready; 503 otherwise, with
     the status ``starting``, ``unavailable`` (the broker down) or ``degraded`` (the broker's disk is

@@ -7,14 +7,14 @@ for this route only: a scraper's credential can neither read nor change queues.
 from __future__ import annotations
 
 import hmac
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from ...spec import HOURS_RULE, MAX_HISTORY_HOURS
 from ...web.plane import plane
 from ..auth import require_token
-from ..deps import Plane, Service
+from ..deps import Plane, QueryInt, Service
 
 
 async def require_scrape_token(request: Request) -> None:
@@ -30,7 +30,8 @@ router = APIRouter()  #: /metrics, with its own token check
 history = APIRouter(prefix="/v1/projects/{project}/queues/{name}")  #: behind the API token
 
 
-@router.get("/metrics", dependencies=[Depends(require_scrape_token)], include_in_schema=False)
+@router.api_route("/metrics", methods=["GET", "HEAD"], dependencies=[Depends(require_scrape_token)],
+                  include_in_schema=False)
 async def metrics(request: Request, runtime: Plane) -> Response:
     """Every metric in Prometheus' text format (OpenMetrics if the scraper asks for it)."""
     body, content_type = await runtime.metrics.render(request.headers.get("accept", ""))
@@ -39,7 +40,7 @@ async def metrics(request: Request, runtime: Plane) -> Response:
 
 @history.get("/depth")
 async def depth_history(project: str, name: str, runtime: Plane, service: Service,
-                        hours: int = Query(24, ge=1, le=MAX_HISTORY_HOURS, description=HOURS_RULE)) -> dict[str, Any]:
+                        hours: Annotated[QueryInt, Query(ge=1, le=MAX_HISTORY_HOURS, description=HOURS_RULE)] = 24) -> dict[str, Any]:
     """The queue's depth samples of the last ``hours`` hours, oldest first."""
     return {"points": await service.depth_history(project, name, hours),
             "sample_seconds": runtime.settings.sample_seconds}

@@ -6,16 +6,17 @@ describes those bodies with the QueueSpec and QueuePatch schemas (api/openapi.py
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Body, Query, Response
 
 from ...errors import field_error
 from ...spec import DEFAULT_GRACE, MAX_STATUS_WAIT, STATUS_WAIT_RULE, Queue, parse_patch, parse_spec
+from ...web.strictjson import StrictJSONRoute
 from ..auth import SECRET_READ
-from ..deps import Service
+from ..deps import QueryNumber, Service
 
-router = APIRouter(prefix="/v1/projects/{project}/queues")
+router = APIRouter(prefix="/v1/projects/{project}/queues", route_class=StrictJSONRoute)
 
 MAX_WAIT_SECONDS = float(MAX_STATUS_WAIT)
 
@@ -62,8 +63,8 @@ async def delete_queue(project: str, name: str, service: Service) -> dict[str, s
 
 @router.get("/{name}/status")
 async def queue_status(project: str, name: str, service: Service,
-                       wait_seconds: float = Query(0, ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
-                                                   description=STATUS_WAIT_RULE)) -> dict[str, Any]:
+                       wait_seconds: Annotated[QueryNumber, Query(ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
+                                                   description=STATUS_WAIT_RULE)] = 0) -> dict[str, Any]:
     """The queue's state. With ``wait_seconds``, answer once the latest spec is applied (Ready or
     Errored) or when that time is up; a deleted queue answers 404 once it is gone."""
     if wait_seconds:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from ...web.strictjson import StrictJSONRoute
 from ..auth import SECRET_READ
 from ..deps import Service
 
-router = APIRouter(prefix="/v1/projects/{project}/secrets")
+router = APIRouter(prefix="/v1/projects/{project}/secrets", route_class=StrictJSONRoute)
 
 
 @router.get("/{secret}", dependencies=[SECRET_READ])
