@@ -57,7 +57,8 @@ def _written(pattern: re.Pattern[str], rule: str) -> BeforeValidator:
     return BeforeValidator(check)
 
 
-#: an integer query parameter (``?limit=10``): ASCII digits, nothing else
-QueryInt = Annotated[int, _written(_DIGITS, "must be written in digits 0-9")]
+#: an integer query parameter (``?limit=10``): ASCII digits, nothing else. After its ``Query()``
+#: in the parameter's ``Annotated`` (before it, the OpenAPI document loses the Query's bounds)
+DIGITS = _written(_DIGITS, "must be written in digits 0-9")
 #: a number query parameter (``?wait_seconds=2.5``): digits, and a decimal point
-QueryNumber = Annotated[float, _written(_DECIMAL, "must be written in digits 0-9, with a decimal point if any")]
+DECIMAL = _written(_DECIMAL, "must be written in digits 0-9, with a decimal point if any")

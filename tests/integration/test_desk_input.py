@@ -20,11 +20,11 @@ async def test_bad_requests_are_answered_as_bad_requests_and_the_desk_goes_on(st
                 ("history", b"[" * 5000 + b"]" * 5000, "nested too deeply"),
                 ("history", b"[]", "JSON object"),
                 ("history", b"not json", "Bad request"),
-                ("history", b'{"hours": Infinity}', "hours"),
+                ("history", b'{"hours": Infinity}', "Infinity is not JSON"),
                 ("history", b'{"hours": 2.5}', "hours"),
-                ("dead_letters", b'{"limit": 1e400}', "limit"),
+                ("dead_letters", b'{"limit": 1e400}', "too large a number"),
                 ("discard", b'{"seq": 1.5}', "seq"),
-                ("release", b'{"seq": 1, "receive_count": NaN, "delay_s": 0}', "receive_count")):
+                ("release", b'{"seq": 1, "receive_count": NaN, "delay_s": 0}', "NaN is not JSON")):
             answer = json.loads((await nc.request(f"{DESK_SUBJECT}.{verb}", body, timeout=5)).data)
             problem = answer["error"]
             assert problem["status"] in (400, 422) and says in problem["detail"], (verb, body[:40], problem)

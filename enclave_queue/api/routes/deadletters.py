@@ -29,7 +29,7 @@ from ...spec import (
 )
 from ...web.strictjson import StrictJSONRoute
 from ..auth import SECRET_READ
-from ..deps import DeadLettersOf, QueryInt, Service
+from ..deps import DIGITS, DeadLettersOf, Service
 from .messages import STRICT
 
 router = APIRouter(prefix="/v1/projects/{project}/queues/{name}", route_class=StrictJSONRoute)
@@ -48,8 +48,8 @@ class RedriveRequest(BaseModel):
 
 @router.get("/dead-letters", dependencies=[SECRET_READ])
 async def list_dead_letters(project: str, name: str, ops: DeadLettersOf,
-                            limit: Annotated[QueryInt, Query(ge=1, le=MAX_LIST, description=LIST_LIMIT_RULE)] = 50,
-                            after: Annotated[QueryInt, Query(ge=0, le=MAX_SEQUENCE, description=AFTER_RULE)] = 0,
+                            limit: Annotated[int, Query(ge=1, le=MAX_LIST, description=LIST_LIMIT_RULE), DIGITS] = 50,
+                            after: Annotated[int, Query(ge=0, le=MAX_SEQUENCE, description=AFTER_RULE), DIGITS] = 0,
                             source: Optional[str] = Query(None, description=f"only the letters from this queue: "
                                                                              f"{NAME_RULE}")) -> dict[str, Any]:
     """A page of the queue's letters; with ``source``, only those that came from that queue."""

@@ -44,7 +44,7 @@ from ...spec import (
 )
 from ...web.strictjson import StrictJSONRoute
 from ..auth import SECRET_READ
-from ..deps import ContentsOf, MessagesOf, QueryInt
+from ..deps import DIGITS, ContentsOf, MessagesOf
 
 router = APIRouter(prefix="/v1/projects/{project}/queues/{name}", route_class=StrictJSONRoute)
 
@@ -201,7 +201,7 @@ async def nack_message(project: str, name: str, receipt: str, messages: Messages
 
 @router.get("/messages", dependencies=[SECRET_READ])
 async def peek_messages(project: str, name: str, messages: MessagesOf,
-                        limit: Annotated[QueryInt, Query(ge=1, le=MAX_PEEK, description=PEEK_LIMIT_RULE)] = 10) -> dict[str, Any]:
+                        limit: Annotated[int, Query(ge=1, le=MAX_PEEK, description=PEEK_LIMIT_RULE), DIGITS] = 10) -> dict[str, Any]:
     return {"messages": await messages.peek(project, name, limit)}
 
 

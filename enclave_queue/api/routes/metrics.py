@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from ...spec import HOURS_RULE, MAX_HISTORY_HOURS
 from ...web.plane import plane
 from ..auth import require_token
-from ..deps import Plane, QueryInt, Service
+from ..deps import DIGITS, Plane, Service
 
 
 async def require_scrape_token(request: Request) -> None:
@@ -40,7 +40,7 @@ async def metrics(request: Request, runtime: Plane) -> Response:
 
 @history.get("/depth")
 async def depth_history(project: str, name: str, runtime: Plane, service: Service,
-                        hours: Annotated[QueryInt, Query(ge=1, le=MAX_HISTORY_HOURS, description=HOURS_RULE)] = 24) -> dict[str, Any]:
+                        hours: Annotated[int, Query(ge=1, le=MAX_HISTORY_HOURS, description=HOURS_RULE), DIGITS] = 24) -> dict[str, Any]:
     """The queue's depth samples of the last ``hours`` hours, oldest first."""
     return {"points": await service.depth_history(project, name, hours),
             "sample_seconds": runtime.settings.sample_seconds}

@@ -14,7 +14,7 @@ from ...errors import field_error
 from ...spec import DEFAULT_GRACE, MAX_STATUS_WAIT, STATUS_WAIT_RULE, Queue, parse_patch, parse_spec
 from ...web.strictjson import StrictJSONRoute
 from ..auth import SECRET_READ
-from ..deps import QueryNumber, Service
+from ..deps import DECIMAL, Service
 
 router = APIRouter(prefix="/v1/projects/{project}/queues", route_class=StrictJSONRoute)
 
@@ -63,8 +63,8 @@ async def delete_queue(project: str, name: str, service: Service) -> dict[str, s
 
 @router.get("/{name}/status")
 async def queue_status(project: str, name: str, service: Service,
-                       wait_seconds: Annotated[QueryNumber, Query(ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
-                                                   description=STATUS_WAIT_RULE)] = 0) -> dict[str, Any]:
+                       wait_seconds: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
+                                                   description=STATUS_WAIT_RULE), DECIMAL] = 0) -> dict[str, Any]:
     """The queue's state. With ``wait_seconds``, answer once the latest spec is applied (Ready or
     Errored) or when that time is up; a deleted queue answers 404 once it is gone."""
     if wait_seconds:
