@@ -110,6 +110,18 @@ async def tell_mover(conn: BrokerConnection, record: QueueRecord, reply: str) ->
                                    dead_word(sequence, receive_count, subject_for(record.spec.project, record.spec.name)))
 
 
+async def take(conn: BrokerConnection, record: QueueRecord, consumer: str, count: int, wait: float) -> list[Any]:
+    """Up to ``count`` messages from one consumer of the queue, waiting up to ``wait`` seconds for
+    the first (the API's receive and the SQS endpoint's)."""
+    async with conn.account(record.id) as nc:
+        try:
+            until = time.monotonic() + wait  # a pull asked again (no responders) waits only what is left
+            return await retry_unavailable(lambda: pull(nc, stream_name(record.id), consumer, count,
+                                                        max(until - time.monotonic(), 0.0), lambda: conn.closing))
+        except UNAVAILABLE:  # nobody answers for the consumer: the broker is loading the account
+            raise not_ready(record) from None
+
+
 class Messages:
     """A queue's messages by hand, for the API and the console."""
 
@@ -218,15 +230,7 @@ class Messages:
         return [self._received(record, msg, now + timedelta(seconds=self._lease(record, msg))) for msg in kept]
 
     async def _take(self, record: QueueRecord, consumer: str, count: int, wait: float) -> list[Any]:
-        """Up to ``count`` messages from one consumer, waiting up to ``wait`` seconds for the first."""
-        async with self.conn.account(record.id) as nc:
-            try:
-                until = time.monotonic() + wait  # a pull asked again (no responders) waits only what is left
-                return await retry_unavailable(lambda: pull(nc, stream_name(record.id), consumer, count,
-                                                            max(until - time.monotonic(), 0.0),
-                                                            lambda: self.conn.closing))
-            except UNAVAILABLE:  # nobody answers for the consumer: the broker is loading the account
-                raise not_ready(record) from None
+        return await take(self.conn, record, consumer, count, wait)
 
     async def _take_by_priority(self, record: QueueRecord, count: int, wait: float) -> list[Any]:
         """Up to ``count`` messages, the highest priority lane first. The lanes' consumers say

@@ -29,17 +29,14 @@ import nats.errors
 from ..auth.secrets import MasterKey, SealError
 from ..broker.connection import BrokerConnection
 from ..broker.direct import direct_batch, direct_get_subject
-from ..broker.pull import pull
 from ..envelope import DEAD_GRACE, ENQUEUED_AT, deadline_of, delay_subjects, last_receive, nak_payload, parse_time
 from ..errors import BrokerUnavailable, Conflict, NotFound, SpecError
 from ..names import CONSUMER, stream_name
-from ..retry import UNAVAILABLE, retry_unavailable
 from ..spec import subject_for
 from ..state.kv import Store
 from ..state.records import QueueRecord
 from .expiry import drop_expired
-from .lookup import not_ready
-from .messages import Messages, settle, tell_mover
+from .messages import Messages, settle, take, tell_mover
 
 RECEIPT_PURPOSE = "sqs-receipt"
 #: seconds taken off a lease as the endpoint counts it: the broker's lease began when it delivered
@@ -121,14 +118,7 @@ class SqsMessages:
         return taken
 
     async def _take(self, record: QueueRecord, count: int, wait: float) -> list[Any]:
-        async with self.conn.account(record.id) as nc:
-            try:
-                until = time.monotonic() + wait  # a pull asked again (no responders) waits only what is left
-                return await retry_unavailable(lambda: pull(nc, stream_name(record.id), CONSUMER, count,
-                                                            max(until - time.monotonic(), 0.0),
-                                                            lambda: self.conn.closing))
-            except UNAVAILABLE:
-                raise not_ready(record) from None
+        return await take(self.conn, record, CONSUMER, count, wait)
 
     @staticmethod
     def _queue_lease(record: QueueRecord, receive_count: int) -> int:
