@@ -106,6 +106,7 @@ class Sampler:
                    if isinstance(d, Depth)]  # a queue not ready yet has no sample this round
         stored = await self._publish(samples)
         await self._check_schedules([r for r, d in zip(records, depths, strict=True) if isinstance(d, Depth) and d.delayed])
+        self.schedules.keep_only({r.id for r in records})
         self.rounds += 1
         self.samples += stored
         return stored

@@ -75,5 +75,6 @@ class ScheduleCheck:
         self.removed += removed
         return removed
 
-    def forget(self, queue_id: str) -> None:
-        self._checked.pop(queue_id, None)
+    def keep_only(self, queue_ids: set[str]) -> None:
+        """Forget where the look ended for queues that are gone."""
+        self._checked = {queue_id: seq for queue_id, seq in self._checked.items() if queue_id in queue_ids}
