@@ -12,11 +12,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from enclave_queue.admin import check_path_part
 
 from .client import api
-from .options import Json, Name, Project, finite, utf8
+from .options import Json, Name, Project, decimal, utf8, whole
 from .output import Col, ago, err, out, print_json, safe_text, show_list
 from .queue import app, checked, project_of
 
-Seq = Annotated[int, typer.Argument(help="The dead letter's sequence (from 'dead-letters').")]
+Seq = Annotated[int, typer.Argument(parser=whole(1), help="The dead letter's sequence (from 'dead-letters').")]
 
 LETTER_COLUMNS = {
     "sequence": Col("SEQ", numeric=True),
@@ -32,8 +32,8 @@ POLL_SECONDS = 0.2
 @app.command("dead-letters")
 def dead_letters(
     name: Name, project: Project = None, json: Json = False,
-    limit: Annotated[int, typer.Option("--limit", help="Letters per page (1–500).")] = 50,
-    after: Annotated[int, typer.Option("--after", help="Start after this sequence (paging).")] = 0,
+    limit: Annotated[int, typer.Option("--limit", parser=whole(), help="Letters per page (1–500).")] = 50,
+    after: Annotated[int, typer.Option("--after", parser=whole(0), help="Start after this sequence (paging).")] = 0,
 ) -> None:
     """List a dead-letter queue's letters: source, receive count, last error (nothing is leased)."""
     with api() as client:
@@ -80,8 +80,8 @@ def redrive(
     name: Annotated[str, typer.Argument(help="The dead-letter queue.")],
     project: Project = None,
     to: Annotated[Optional[str], typer.Option("--to", metavar="QUEUE", callback=utf8, help="Move every letter to this queue instead of its source.")] = None,
-    max_messages: Annotated[Optional[int], typer.Option("--max", help="Move at most this many.")] = None,
-    rate: Annotated[Optional[float], typer.Option("--rate", callback=finite, help="At most this many messages per second.")] = None,
+    max_messages: Annotated[Optional[int], typer.Option("--max", parser=whole(), help="Move at most this many.")] = None,
+    rate: Annotated[Optional[float], typer.Option("--rate", parser=decimal(), help="At most this many messages per second.")] = None,
     filter_error: Annotated[Optional[str], typer.Option("--filter-error", metavar="TEXT", callback=utf8, help="Only letters whose last error contains TEXT.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would move; move nothing.")] = False,
     json: Json = False,

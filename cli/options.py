@@ -1,13 +1,13 @@
 """The options the commands share (``Project``, ``Json``, the queue settings), and the checks for
 what the API cannot judge, because it never gets to see it: a list that is no list, a number
-that is no finite number, text that is not UTF-8 (JSON carries neither), two options that
+that is not written as a plain number, text that is not UTF-8 (JSON carries neither), two options that
 contradict each other. Each is a usage error naming the option (exit 2); the ranges are the
 API's own."""
 
 from __future__ import annotations
 
-import math
 import re
+from collections.abc import Callable
 from typing import Annotated, Optional
 
 import typer
@@ -36,12 +36,40 @@ def utf8(value: Optional[str]) -> Optional[str]:
     return value
 
 
-def finite(value: Optional[float]) -> Optional[float]:
-    """For a number that goes into a JSON body: 'nan', 'inf' and '1e400' parse as floats, and
-    JSON cannot carry them."""
-    if value is not None and not math.isfinite(value):
-        raise typer.BadParameter(f"must be a finite number (got {value}).")
-    return value
+#: what the command line takes as a number: plain decimal digits, no '1_0', ' 5', '+5', '٥' or
+#: '0x10' (Python's and Pydantic's int() take several of those), and no 'nan', 'inf' or '1e400'
+#: (JSON carries none of them)
+WHOLE = re.compile(r"-?[0-9]+")
+DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
+def _number(pattern: re.Pattern[str], kind: str, example: str, convert: type, low: Optional[float],
+            high: Optional[float]) -> Callable[[object], object]:
+    def parse(value: object) -> object:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # a default
+            return value
+        text = str(value)
+        if not pattern.fullmatch(text):
+            raise typer.BadParameter(f"must be {kind} such as {example} (got {shown(text)}).")
+        number = convert(text)
+        if low is not None and number < low or high is not None and number > high:
+            bounds = (f"between {low:g} and {high:g}" if low is not None and high is not None
+                      else f"at least {low:g}" if low is not None else f"at most {high:g}")
+            raise typer.BadParameter(f"must be {bounds} (got {text}).")
+        return number
+
+    return parse
+
+
+def whole(low: Optional[int] = None, high: Optional[int] = None) -> Callable[[object], object]:
+    """An option's parser for a whole number, in [low, high] when given (a parser replaces
+    Typer's own min and max)."""
+    return _number(WHOLE, "a whole number", "30", int, low, high)
+
+
+def decimal(low: Optional[float] = None, high: Optional[float] = None) -> Callable[[object], object]:
+    """An option's parser for a decimal number such as 0.5, in [low, high] when given."""
+    return _number(DECIMAL, "a decimal number", "2.5", float, low, high)
 
 
 def backoff_text(value: Optional[str]) -> Optional[str]:
@@ -67,14 +95,14 @@ Project = Annotated[Optional[str], typer.Option("--project", "-p", help="Project
 Json = Annotated[bool, typer.Option("--json", help="Print the API's JSON object.")]
 Wait = Annotated[bool, typer.Option("--wait", help="Return once the queue is Ready.")]
 Name = Annotated[str, typer.Argument(help="Queue name.", callback=utf8)]
-VisibilityTimeout = Annotated[Optional[int], typer.Option("--visibility-timeout-seconds", help="Seconds a received message stays hidden (1–43200; default 30).")]
-MaxReceives = Annotated[Optional[int], typer.Option("--max-receives", help="Receives allowed per message (0–1000; 0 = no limit).")]
+VisibilityTimeout = Annotated[Optional[int], typer.Option("--visibility-timeout-seconds", parser=whole(), help="Seconds a received message stays hidden (1–43200; default 30).")]
+MaxReceives = Annotated[Optional[int], typer.Option("--max-receives", parser=whole(), help="Receives allowed per message (0–1000; 0 = no limit).")]
 DeadLetterQueue = Annotated[Optional[str], typer.Option("--dead-letter-queue", metavar="QUEUE", callback=utf8, help="Queue in the same project that receives dead letters.")]
-RetentionHours = Annotated[Optional[int], typer.Option("--retention-hours", help="Hours a message is kept (1–336; default 96).")]
-MaxMessageBytes = Annotated[Optional[int], typer.Option("--max-message-bytes", help="Largest message (1024–1048576; default 262144).")]
-MaxBytes = Annotated[Optional[int], typer.Option("--max-bytes", help="Bytes the queue stores at most (1048576–1099511627776; default 256 of its largest message, 16 MiB–1 GiB); a full queue refuses new messages.")]
-MaxMessages = Annotated[Optional[int], typer.Option("--max-messages", help="Messages the queue holds at most (0–10000000; 0 = no limit); a full queue refuses new ones.")]
-DedupeWindow = Annotated[Optional[int], typer.Option("--dedupe-window-seconds", help="Seconds a dedupe key is remembered (1–86400, at most the retention; default 3600).")]
+RetentionHours = Annotated[Optional[int], typer.Option("--retention-hours", parser=whole(), help="Hours a message is kept (1–336; default 96).")]
+MaxMessageBytes = Annotated[Optional[int], typer.Option("--max-message-bytes", parser=whole(), help="Largest message (1024–1048576; default 262144).")]
+MaxBytes = Annotated[Optional[int], typer.Option("--max-bytes", parser=whole(), help="Bytes the queue stores at most (1048576–1099511627776; default 256 of its largest message, 16 MiB–1 GiB); a full queue refuses new messages.")]
+MaxMessages = Annotated[Optional[int], typer.Option("--max-messages", parser=whole(), help="Messages the queue holds at most (0–10000000; 0 = no limit); a full queue refuses new ones.")]
+DedupeWindow = Annotated[Optional[int], typer.Option("--dedupe-window-seconds", parser=whole(), help="Seconds a dedupe key is remembered (1–86400, at most the retention; default 3600).")]
 RetryBackoff = Annotated[Optional[str], typer.Option("--retry-backoff-seconds", metavar="LIST", callback=backoff_text, help="Whole seconds before each retry, separated by commas (e.g. 5,30,120; the last repeats).")]
-Replicas = Annotated[Optional[int], typer.Option("--replicas", help="Nodes that keep the queue's messages: 1, or 3 on a cluster of three nodes or more (the default there; 1 on one node).")]
+Replicas = Annotated[Optional[int], typer.Option("--replicas", parser=whole(), help="Nodes that keep the queue's messages: 1, or 3 on a cluster of three nodes or more (the default there; 1 on one node).")]
 Priorities = Annotated[bool, typer.Option("--priorities", help="Messages may carry a priority (0–9, higher taken first). Once on it cannot be turned off: there is no option to.")]

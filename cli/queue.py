@@ -42,9 +42,10 @@ from .options import (
     VisibilityTimeout,
     Wait,
     backoff_list,
+    decimal,
     exclusive,
-    finite,
     utf8,
+    whole,
 )
 from .output import (
     QUEUE_COLUMNS,
@@ -154,7 +155,7 @@ def get(name: Name, project: Project = None, json: Json = False) -> None:
 def status(
     name: Name, project: Project = None, json: Json = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep showing the state and counts, refreshed every --interval seconds, until Ctrl-C.")] = False,
-    interval: Annotated[float, typer.Option("--interval", metavar="SECONDS", callback=finite, help="Seconds between refreshes with --watch (0.5–60).")] = 2.0,
+    interval: Annotated[float, typer.Option("--interval", metavar="SECONDS", parser=decimal(), help="Seconds between refreshes with --watch (0.5–60).")] = 2.0,
 ) -> None:
     """Show a queue's state and status conditions (--watch: live, with its counts and rates)."""
     exclusive(json=json, watch=watch)
@@ -248,7 +249,7 @@ def credentials(
 @app.command("rotate-password")
 def rotate_password(
     name: Name, project: Project = None, json: Json = False,
-    grace: Annotated[int, typer.Option("--grace", metavar="SECONDS", min=0, max=7 * 86400, help="How long the current password keeps logging in (0–604800; 0 ends its connections at once).")] = 3600,
+    grace: Annotated[int, typer.Option("--grace", metavar="SECONDS", parser=whole(0, 7 * 86400), help="How long the current password keeps logging in (0–604800; 0 ends its connections at once).")] = 3600,
 ) -> None:
     """Give the queue a new password; print the new credentials."""
     with api() as client:
@@ -262,7 +263,7 @@ def send(
     body: Annotated[str, typer.Argument(help="Message body ('-' reads standard input; one that begins with '-' goes after '--'); bytes that are not UTF-8 are sent as binary.")],
     project: Project = None, json: Json = False,
     dedupe_key: Annotated[Optional[str], typer.Option("--dedupe-key", callback=utf8, help="1–128 characters; a key sent again within the queue's dedupe window adds nothing.")] = None,
-    delay: Annotated[float, typer.Option("--delay", metavar="SECONDS", callback=finite, help="Seconds before the message can be received (0–604800).")] = 0.0,
+    delay: Annotated[float, typer.Option("--delay", metavar="SECONDS", parser=decimal(), help="Seconds before the message can be received (0–604800).")] = 0.0,
 ) -> None:
     """Send one message by hand."""
     data = body_bytes(body)
@@ -299,8 +300,8 @@ def body_bytes(body: str) -> bytes:
 @app.command()
 def receive(
     name: Name, project: Project = None,
-    max_messages: Annotated[int, typer.Option("--max", help="Most messages to take (1–100).")] = 1,
-    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", callback=finite, help="Seconds to wait for a message (0–20).")] = 1.0,
+    max_messages: Annotated[int, typer.Option("--max", parser=whole(), help="Most messages to take (1–100).")] = 1,
+    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", parser=decimal(), help="Seconds to wait for a message (0–20).")] = 1.0,
     delete: Annotated[bool, typer.Option("--delete", help="Delete each message once received (take it off the queue for good).")] = False,
     json: Json = False,
 ) -> None:
@@ -371,7 +372,7 @@ PEEK_COLUMNS = {"sequence": Col("SEQ", numeric=True), "sent": Col("SENT"), "cont
 @app.command()
 def peek(
     name: Name, project: Project = None, json: Json = False,
-    limit: Annotated[int, typer.Option("--limit", help="Most messages to show (1–100).")] = 10,
+    limit: Annotated[int, typer.Option("--limit", parser=whole(), help="Most messages to show (1–100).")] = 10,
 ) -> None:
     """Show the oldest messages, waiting or in flight, without receiving them (nothing is leased)."""
     with api() as client:

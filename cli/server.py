@@ -15,15 +15,17 @@ from enclave_queue.errors import SpecError
 from enclave_queue.settings import EnclaveSettings, check_node_name, parse_routes
 from enclave_queue.spec import shown
 
+from .options import whole
+
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def up(
     data_dir: Annotated[Optional[str], typer.Option("--data-dir", metavar="PATH", help="Data directory (ENCLAVE_HOME, default ~/.enclave).")] = None,
-    broker_port: Annotated[Optional[int], typer.Option("--broker-port", min=0, max=65535, help="Broker port (0 = any free port; default 4222).")] = None,
-    api_port: Annotated[Optional[int], typer.Option("--api-port", min=0, max=65535, help="API port (0 = any free port; default 7780).")] = None,
+    broker_port: Annotated[Optional[int], typer.Option("--broker-port", parser=whole(0, 65535), help="Broker port (0 = any free port; default 4222).")] = None,
+    api_port: Annotated[Optional[int], typer.Option("--api-port", parser=whole(0, 65535), help="API port (0 = any free port; default 7780).")] = None,
     node_name: Annotated[Optional[str], typer.Option("--node-name", metavar="NAME", help="This node's name, unique in its cluster (ENCLAVE_NODE_NAME, default 'enclave').")] = None,
-    cluster_port: Annotated[Optional[int], typer.Option("--cluster-port", min=1, max=65535, help="Port this node's cluster routes listen on: makes it a cluster node (ENCLAVE_CLUSTER_PORT).")] = None,
+    cluster_port: Annotated[Optional[int], typer.Option("--cluster-port", parser=whole(1, 65535), help="Port this node's cluster routes listen on: makes it a cluster node (ENCLAVE_CLUSTER_PORT).")] = None,
     routes: Annotated[Optional[str], typer.Option("--routes", metavar="HOST:PORT,...", help="The other nodes' cluster ports (ENCLAVE_ROUTES).")] = None,
 ) -> None:
     """Run Enclave Queues in the foreground until Ctrl-C or SIGTERM (one per data dir)."""

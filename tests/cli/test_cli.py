@@ -109,7 +109,7 @@ def test_error_lines_and_exit_codes(stack, unique_name, tmp_path):
          f"error: The Enclave API at {stack.api_url} needs a token, and none was found: set ENCLAVE_TOKEN, or "
          "ENCLAVE_HOME to the data directory of the running 'enclave up' (its admin-token file is read)."),
         (("queue", "create", unique_name, "--max-receives", "abc"), {}, 2,
-         "error: Invalid value for '--max-receives': Input should be a valid integer, unable to parse string as an integer"),
+         "error: Invalid value for '--max-receives': must be a whole number such as 30 (got 'abc')."),
     ]
     for args, env, code, line in cases:
         result = run(stack, *args, env=env)

@@ -89,9 +89,9 @@ def test_a_retry_backoff_that_is_no_list_of_whole_seconds_is_a_usage_error(stack
 
 def test_values_json_cannot_carry_are_usage_errors(stack, unique_name):
     cases = [
-        (("queue", "send", unique_name, "x", "--delay", "nan"), "error: Invalid value for '--delay': must be a finite number (got nan)."),
-        (("queue", "receive", unique_name, "--wait", "inf"), "error: Invalid value for '--wait': must be a finite number (got inf)."),
-        (("queue", "redrive", unique_name, "--rate", "1e400"), "error: Invalid value for '--rate': must be a finite number (got inf)."),
+        (("queue", "send", unique_name, "x", "--delay", "nan"), "error: Invalid value for '--delay': must be a decimal number such as 2.5 (got 'nan')."),
+        (("queue", "receive", unique_name, "--wait", "inf"), "error: Invalid value for '--wait': must be a decimal number such as 2.5 (got 'inf')."),
+        (("queue", "redrive", unique_name, "--rate", "1e400"), "error: Invalid value for '--rate': must be a decimal number such as 2.5 (got '1e400')."),
         (("queue", "receive", unique_name, "--wait", str(2**64)),  # the request's timeout is wait + 10 s
          "error: wait must be a number of seconds from 0 to 20 (got 1.8446744073709552e+19)."),
         ((b"queue", b"send", unique_name.encode(), b"x", b"--dedupe-key", b"k\xff"),
@@ -102,6 +102,19 @@ def test_values_json_cannot_carry_are_usage_errors(stack, unique_name):
     ]
     for args, line in cases:
         fails(stack, *args, code=2, line=line)
+
+
+@pytest.mark.parametrize("text", ["1_0", " 5", "+5", "\u0665", "0x10", "5.0", "1e1"])
+def test_a_number_is_written_in_plain_digits(stack, unique_name, text):
+    """int() and Pydantic take '1_0' as 10, ' 5' and '+5' as 5, an Arabic-Indic five as 5: the
+    command line takes what the API takes, plain digits, and names the option otherwise."""
+    fails(stack, "queue", "create", unique_name, "--visibility-timeout-seconds", text, code=2,
+          line=f"error: Invalid value for '--visibility-timeout-seconds': must be a whole number such as 30 (got {text!r}).")
+    fails(stack, "queue", "receive", unique_name, "--max", text, code=2,
+          line=f"error: Invalid value for '--max': must be a whole number such as 30 (got {text!r}).")
+    if text != "5.0":  # a decimal may have a point
+        fails(stack, "queue", "receive", unique_name, "--wait", text, code=2,
+              line=f"error: Invalid value for '--wait': must be a decimal number such as 2.5 (got {text!r}).")
 
 
 def test_files_and_directories_that_cannot_be_used_are_usage_errors(stack, unique_name, tmp_path):
