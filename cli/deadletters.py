@@ -16,7 +16,7 @@ from .options import Json, Name, Project, decimal, utf8, whole
 from .output import Col, ago, err, out, print_json, safe_text, show_list
 from .queue import app, checked, project_of
 
-Seq = Annotated[int, typer.Argument(parser=whole(1), help="The dead letter's sequence (from 'dead-letters').")]
+Seq = Annotated[int, typer.Argument(parser=whole(), help="The dead letter's sequence (from 'dead-letters').")]
 
 LETTER_COLUMNS = {
     "sequence": Col("SEQ", numeric=True),
@@ -33,7 +33,7 @@ POLL_SECONDS = 0.2
 def dead_letters(
     name: Name, project: Project = None, json: Json = False,
     limit: Annotated[int, typer.Option("--limit", parser=whole(), help="Letters per page (1–500).")] = 50,
-    after: Annotated[int, typer.Option("--after", parser=whole(0), help="Start after this sequence (paging).")] = 0,
+    after: Annotated[int, typer.Option("--after", parser=whole(), help="Start after this sequence (paging).")] = 0,
 ) -> None:
     """List a dead-letter queue's letters: source, receive count, last error (nothing is leased)."""
     with api() as client:
