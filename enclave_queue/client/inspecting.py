@@ -2,7 +2,7 @@
 queue, over a session.
 
 ``len`` and ``peek`` read the queue's own stream (``STREAM.INFO``, ``CONSUMER.INFO``,
-``DIRECT.GET``): nothing is leased and no receive is counted. The rest ask the control plane's
+``STREAM.MSG.GET``): nothing is leased and no receive is counted. The rest ask the control plane's
 desk through ``enclave.desk.<verb>``, which acts on this queue only: ``depth_history``,
 ``dead_letters`` (with ``retry`` and ``discard``), ``export``, ``clear`` and ``metrics``.
 """
@@ -17,14 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from nats.aio.msg import Msg
-
 from .. import envelope
 from ..errors import SpecError
 from ..names import LANES, lane_consumer
 from .message import PeekedMessage
 from .session import Session
 from .settings import Settings
+
+#: the JetStream API's err_code for a message get that finds nothing at or after its sequence
+NO_MESSAGE = 10037
 
 MAX_PEEK = 100  #: messages one peek may return
 MAX_DEAD_LETTERS = 100  #: dead letters one call may return
@@ -90,7 +91,7 @@ class Inspecting:
 
     async def peek(self, limit: int = 10, *, timeout: float = 5.0) -> list[PeekedMessage]:
         """The oldest ``limit`` (1–100) messages, waiting or in flight, oldest first, read by
-        direct get: nothing is leased and no receive is counted. Raises ``SpecError`` for a
+        sequence: nothing is leased and no receive is counted. Raises ``SpecError`` for a
         ``limit`` out of range."""
         if not isinstance(limit, int) or not 1 <= limit <= MAX_PEEK:
             rule = f"must be an integer from 1 to {MAX_PEEK} (got {limit!r})"
@@ -99,15 +100,24 @@ class Inspecting:
         subjects = [self._session.subject]
         if len(await self._settings.levels()) > 1:  # priority lanes: every lane, merged by sequence
             subjects.append(envelope.lane_subject(self._session.subject, LANES[0]).rsplit(".", 1)[0] + ".*")
-        found = [m for subject in subjects for m in await self._direct_get(subject, limit, timeout)]
-        found.sort(key=lambda m: int(m.headers["Nats-Sequence"]))
-        return [PeekedMessage.from_direct_get(m) for m in found[:limit]]
+        found = [m for subject in subjects for m in await self._read(subject, limit)]
+        found.sort(key=lambda m: m.sequence)
+        return found[:limit]
 
-    async def _direct_get(self, subject: str, limit: int, timeout: float) -> list[Msg]:
-        """The oldest ``limit`` messages stored on ``subject`` (a batched direct get)."""
-        request = json.dumps({"seq": 1, "next_by_subj": subject, "batch": limit}).encode()
-        return await self._session.request_batch(f"$JS.API.DIRECT.GET.{self._session.credentials.stream}", request,
-                                                 limit, timeout, "the peek")
+    async def _read(self, subject: str, limit: int) -> list[PeekedMessage]:
+        """The oldest ``limit`` messages stored on ``subject``, one ``STREAM.MSG.GET`` each (the
+        app's user may not send direct gets: auth/users.py)."""
+        found: list[PeekedMessage] = []
+        after = 0
+        while len(found) < limit:
+            request = json.dumps({"seq": after + 1, "next_by_subj": subject}).encode()
+            answer = await self._session.info(f"STREAM.MSG.GET.{self._session.credentials.stream}", request,
+                                              missing=NO_MESSAGE)
+            if answer is None:
+                break
+            found.append(PeekedMessage.from_stored(answer["message"]))
+            after = found[-1].sequence
+        return found
 
     async def depth_history(self, hours: int = 24) -> list[dict[str, Any]]:
         """The queue's depth samples of the last ``hours`` (1–168) hours, oldest first:

@@ -19,6 +19,7 @@ What ``received`` does before a message is handed over:
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -34,10 +35,6 @@ from ..spec import scheduled_delay
 from . import acks
 from .session import DEFAULT_TIMEOUT, Session
 from .settings import Settings
-
-#: headers a direct get adds to a stored message (not the sender's)
-DIRECT_GET_HEADERS = frozenset({"Nats-Stream", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Subject",
-                                "Nats-Num-Pending", "Nats-Last-Sequence"})
 
 
 @dataclass(frozen=True)
@@ -60,14 +57,26 @@ class PeekedMessage:
         return envelope.decode(self.data, self.headers.get("Content-Type"))
 
     @classmethod
-    def from_direct_get(cls, msg: Msg) -> PeekedMessage:
-        headers = dict(msg.headers or {})
+    def from_stored(cls, message: dict[str, Any]) -> PeekedMessage:
+        """From a ``STREAM.MSG.GET`` answer's ``message``: its headers and body base64-encoded,
+        the headers as the broker stores them (``NATS/1.0`` and a line each)."""
         return cls(
-            sequence=int(headers["Nats-Sequence"]),
-            data=msg.data or b"",
-            headers={k: v for k, v in headers.items() if k not in DIRECT_GET_HEADERS},
-            enqueued_at=datetime.fromisoformat(headers["Nats-Time-Stamp"]).astimezone(UTC),
+            sequence=int(message["seq"]),
+            data=base64.b64decode(message.get("data") or ""),
+            headers=_header_block(base64.b64decode(message.get("hdrs") or "")),
+            enqueued_at=envelope.parse_time(message["time"]) or datetime.now(UTC),
         )
+
+
+def _header_block(raw: bytes) -> dict[str, str]:
+    """``NATS/1.0\\r\\nName: value\\r\\n…`` as a dict (a name given twice: its last value, as
+    nats-py reads a delivery's)."""
+    headers: dict[str, str] = {}
+    for line in raw.decode("utf-8", "replace").split("\r\n")[1:]:
+        name, colon, value = line.partition(":")
+        if colon and name.strip():
+            headers[name.strip()] = value.strip()
+    return headers
 
 
 class Message:

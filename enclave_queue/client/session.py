@@ -7,15 +7,15 @@ through it, acks.py confirms acknowledgements, pulls.py asks the queue's consume
 It imports none of them.
 
 Replies to single requests come to one subscription, ``<mux>.<token>``, and find their waiter by
-token. Waits with many replies (a pull, a batch of PubAcks, a direct get) register a waiter under
+token. Waits with many replies (a pull, a batch of PubAcks) register a waiter under
 their token too, so that a permission denial, revoked credentials or ``close`` fails them at once
 (``fail_all``), and take their replies on an inbox of their own under ``<mux>.<kind>.<token>``:
 a pull on a ``PullInbox`` it may hand on to the next pull (inboxes.py), the rest on a
 subscription they drop.
 
 "No responders" (a ``503`` status) is how the broker answers a request for a moment during a
-configuration reload, and while JetStream starts after a restart. ``request`` and
-``request_batch`` ask again for up to RETRY_WINDOW seconds (``_retry``, the one such loop); the
+configuration reload, and while JetStream starts after a restart. ``request``
+asks again for up to RETRY_WINDOW seconds (``_retry``, the one such loop); the
 loops that resend for reasons of their own (a put, a pull, an acknowledgement, until their own
 deadline) pause the same way (``Backoff``).
 """
@@ -254,52 +254,18 @@ class Session:
 
         return await self._retry(ask, unavailable)
 
-    async def request_batch(self, subject: str, payload: bytes, limit: int, timeout: float, what: str) -> list[Msg]:
-        """The messages one request is answered with until a status ends them (a batched direct
-        get: 204 ends the batch, 404 says nothing is stored). "No responders" is asked again
-        (``_retry``) and raises ``BrokerUnavailable`` naming ``what`` once that is over."""
-        loop = asyncio.get_running_loop()
-        token = self.token("g")
-        inbox = f"{self.mux}.peek.{token}"
-        pull = Pull(limit, loop.create_future())  # failed by a permission denial or close
-
-        async def collect(msg: Msg) -> None:
-            status = envelope.broker_status(msg)
-            if status is None:
-                pull.messages.append(msg)
-                return
-            pull.unanswered = status == "503"
-            if not pull.done.done():
-                pull.done.set_result(None)
-
-        async def ask() -> Pull:
-            pull.again()
-            self.waiting[token] = pull
-            await self.nc.publish(subject, payload, reply=inbox)
-            await self.await_reply(token, pull.done, timeout, what)
-            self.waiting.pop(token, None)
-            return pull
-
-        sub = await self.nc.subscribe(inbox, cb=collect)
-        try:
-            await self._retry(ask, lambda answer: answer.unanswered and not answer.messages)
-        finally:
-            self.waiting.pop(token, None)
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
-        if pull.unanswered and not pull.messages:
-            raise BrokerUnavailable(f"The broker did not answer {what} (no responders); try again.")
-        return pull.messages
-
-    async def info(self, verb: str) -> dict[str, Any]:
-        """A JetStream API read of the queue's own (``STREAM.INFO.<stream>``, ``CONSUMER.INFO.…``),
-        asked again if the connection came back before its answer (a read: safe to repeat; the
-        first one after a broker restart can be lost with the connection it went out on)."""
-        reply = await self.request(f"$JS.API.{verb}", b"", resend=True)
+    async def info(self, verb: str, payload: bytes = b"", *, missing: Optional[int] = None) -> Any:
+        """A JetStream API read of the queue's own (``STREAM.INFO.<stream>``, ``CONSUMER.INFO.…``,
+        ``STREAM.MSG.GET.<stream>``), asked again if the connection came back before its answer (a
+        read: safe to repeat; the first one after a broker restart can be lost with the connection
+        it went out on). None when the API answers the error code ``missing``."""
+        reply = await self.request(f"$JS.API.{verb}", payload, resend=True)
         if unavailable(reply):
             raise BrokerUnavailable(f"The broker did not answer {verb.split('.')[0]} info; try again.")
         answer = json.loads(reply.data)
         if "error" in answer:
+            if missing is not None and answer["error"].get("err_code") == missing:
+                return None
             raise EnclaveError(f"The broker refused {verb}: {answer['error'].get('description')}.")
         return answer
 

@@ -15,6 +15,8 @@ or delayed messages (spec.LIMIT_RULE). With ``priorities``, levels 1–9 each ha
 
 from __future__ import annotations
 
+import dataclasses
+
 from nats.js import api
 
 from ..envelope import delay_subjects, lane_subject
@@ -29,14 +31,28 @@ MAX_ACK_PENDING = 20_000
 #: shortest retention (1 h), as JetStream requires (duplicate_window ≤ max_age)
 DUPLICATE_WINDOW = float(LIMITS["dedupe_window_seconds"][1])
 
-#: fields that cannot change on a live object; drift there cannot be repaired in place
-IMMUTABLE_STREAM = frozenset({"retention", "storage"})
+#: fields that cannot change on a live object; drift there cannot be repaired in place (a sealed
+#: stream cannot be unsealed, nor deletes or purges allowed again once denied)
+IMMUTABLE_STREAM = frozenset({"retention", "storage", "sealed", "deny_delete", "deny_purge", "mirror"})
 IMMUTABLE_CONSUMER = frozenset({"ack_policy", "deliver_policy"})
 
+#: every field of the stream's configuration nats-py reads, but its name, description and
+#: metadata (the server writes its own there): a field Enclave does not set must stay at the
+#: server's default, or someone else changed it (such as ``max_msgs_per_subject``, which would
+#: keep one message of the queue's and drop the rest, every put acknowledged)
 STREAM_FIELDS = ("subjects", "retention", "storage", "discard", "max_age", "max_msg_size", "allow_direct",
-                 "max_msgs", "max_bytes", "duplicate_window", "allow_atomic", "allow_msg_schedules", "num_replicas")
+                 "max_msgs", "max_bytes", "duplicate_window", "allow_atomic", "allow_msg_schedules", "num_replicas",
+                 "max_consumers", "discard_new_per_subject", "max_msgs_per_subject", "no_ack", "placement",
+                 "mirror", "sources", "sealed", "deny_delete", "deny_purge", "allow_rollup_hdrs", "republish",
+                 "subject_transform", "mirror_direct", "compression", "allow_msg_ttl", "allow_batched",
+                 "allow_msg_counter", "persist_mode", "consumer_limits", "subject_delete_marker_ttl")
 CONSUMER_FIELDS = ("ack_policy", "deliver_policy", "ack_wait", "max_deliver", "max_ack_pending", "filter_subject",
-                   "backoff")
+                   "backoff", "filter_subjects", "opt_start_seq", "opt_start_time", "replay_policy", "rate_limit_bps",
+                   "sample_freq", "max_waiting", "flow_control", "idle_heartbeat", "headers_only", "deliver_subject",
+                   "deliver_group", "inactive_threshold", "mem_storage", "pause_until")
+#: what the server answers for a field nobody set: the same as unset
+DEFAULTS = {"max_consumers": -1, "max_msgs_per_subject": -1, "compression": "none", "persist_mode": "default",
+            "subject_delete_marker_ttl": 0, "replay_policy": "instant", "max_waiting": 512, "inactive_threshold": 0}
 
 
 def stream_config(queue_id: str, spec: QueueSpec, *, schedules: bool = False) -> api.StreamConfig:
@@ -95,9 +111,17 @@ def _norm(value: object) -> object:
         return [_norm(v) for v in value] or None
     if hasattr(value, "value"):  # enums
         return value.value  # type: ignore[attr-defined]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # placement, consumer_limits, …
+        fields = {f.name: _norm(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {k: v for k, v in fields.items() if v is not None} or None
     return value
+
+
+def _field(value: object, name: str) -> object:
+    value = _norm(value)
+    return None if value == DEFAULTS.get(name) else value
 
 
 def drift(actual: object, desired: object, fields: tuple[str, ...]) -> list[str]:
     """The fields of ``fields`` whose actual value differs from the desired one."""
-    return [f for f in fields if _norm(getattr(actual, f, None)) != _norm(getattr(desired, f, None))]
+    return [f for f in fields if _field(getattr(actual, f, None), f) != _field(getattr(desired, f, None), f)]

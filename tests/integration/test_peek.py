@@ -1,5 +1,5 @@
 """``Queue.len()`` and ``Queue.peek(limit)``: reading a queue without taking from it, as the
-queue's own user (STREAM.INFO, CONSUMER.INFO and DIRECT.GET of its own stream), and the
+queue's own user (STREAM.INFO, CONSUMER.INFO and STREAM.MSG.GET of its own stream), and the
 operator's ``enclave queue len`` / ``peek`` through the HTTP API."""
 
 import json
@@ -25,7 +25,7 @@ async def test_len_counts_waiting_messages_not_in_flight_and_peek_leases_nothing
         assert peeked[0].headers["Content-Type"] == "application/json"
         # the broker stores a batch's headers with each message (a receive shows them too)
         assert [p.headers.get("Nats-Batch-Sequence") for p in peeked] == ["1", "2", "3"]
-        assert "Nats-Sequence" not in peeked[0].headers  # what the direct get adds is left out
+        assert "Nats-Sequence" not in peeked[0].headers  # the sender's headers only
         assert peeked[0].enqueued_at.tzinfo is not None and peeked[0].enqueued_at <= datetime.now(UTC)
         assert [p.id for p in await queue.peek(2)] == ids[:2]  # the oldest first
         assert await queue.len() == 3

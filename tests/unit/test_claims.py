@@ -109,7 +109,7 @@ def test_the_user_the_callout_mints_has_exactly_the_app_permissions_and_the_refu
     claims = app_user("qone", "U" + "A" * 55, "A" + "B" * 55)["nats"]
     assert claims["pub"] == {"allow": [
         "queue.>", "$JS.API.CONSUMER.MSG.NEXT.QONE.*", "$JS.ACK.QONE.*.>", "$JS.API.STREAM.INFO.QONE",
-        "$JS.API.CONSUMER.INFO.QONE.*", "$JS.API.DIRECT.GET.QONE", "$JS.API.DIRECT.GET.QONE.>",
+        "$JS.API.CONSUMER.INFO.QONE.*", "$JS.API.STREAM.MSG.GET.QONE",
         "enclave.errors.*", "enclave.reject", "enclave.desk.*", "enclave.notes", "refused.>"]}
     assert claims["sub"] == {"allow": ["_INBOX_qone.>"]}
     assert claims["issuer_account"] == "A" + "B" * 55
