@@ -46,6 +46,7 @@ from ..metrics.instruments import ControlMetrics
 from ..names import CONTROL_ACCOUNT, stream_name
 from ..state.kv import Store
 from ..state.records import AccountRecord, EarlierPassword
+from .logins import Logins
 
 log = logging.getLogger("enclave.controller")
 
@@ -102,6 +103,7 @@ class Accounts:
         self.conn: Optional[BrokerConnection] = None
         self._pushed: dict[str, tuple[int, bool, tuple[int, ...]]] = {}  #: what each was pushed with
         self._records: dict[str, tuple[AccountRecord, int]] = {}
+        self.logins = Logins()  #: what password checks may cost
         self._claiming = asyncio.Lock()
         self._graces: Optional[asyncio.Task[None]] = None
         self._watcher: Optional[asyncio.Task[None]] = None
@@ -357,24 +359,35 @@ class Accounts:
 
     async def verify(self, username: str, password: str) -> Optional[int]:
         """The password version ``password`` is for account ``username`` (the auth callout's
-        question), or None: the current one, or the previous one during its grace. On a cluster a
-        record another node changed a moment ago (a create, a rotation) is read again before a no."""
-        version = await self._check_password(self.get(username), password)
+        question), or None: the current one, or an earlier one during its grace. On a cluster a
+        record another node changed a moment ago (a create, a rotation) is read again before a no.
+        What a login may cost is bounded (logins.py)."""
+        if not self.logins.well_formed(username, password):
+            return None
+        version = await self._check_password(username, self.get(username), password)
         if version is None and self._watcher is not None and self.store is not None:
             found = await self.store.accounts.get(username)
             if found is not None and found != self._records.get(username):
                 self._records[username] = found
-                version = await self._check_password(found[0], password)
+                version = await self._check_password(username, found[0], password)
         return version
 
-    async def _check_password(self, record: Optional[AccountRecord], password: str) -> Optional[int]:
+    async def _check_password(self, username: str, record: Optional[AccountRecord], password: str) -> Optional[int]:
         if record is None:
             return None
         candidates = [(record.password_version, record.password_hash), *((p.version, p.hash) for p in graces(record))]
+        known = self.logins.known(username, password, [version for version, _ in candidates])
+        if known is not None:
+            return known
+        if self.logins.throttled(username):
+            return None
+        found = None
         for version, hashed in candidates:
             if await asyncio.to_thread(bcrypt.checkpw, password.encode(), hashed.encode()):
-                return version
-        return None
+                found = version
+                break
+        self.logins.checked(username, password, found)
+        return found
 
     async def claim(self, owner: str, max_bytes: int = DEFAULT_ACCOUNT_BYTES) -> AccountRecord:
         """A new account for the queue ``owner`` that may store ``max_bytes``, with a new password,

@@ -73,22 +73,38 @@ async def answer(token: str, verify: Verify, keys: OperatorKeys) -> str:
     return _response(request, keys, user_jwt=user)
 
 
+#: logins answered at once: nats-py runs a subscription's callbacks one after another, and one
+#: login's hash check (in a thread) must not hold up every other login behind it
+CONCURRENT = 16
+
+
 class Callout:
     """Serves the auth callout on the control plane's callout connection (AUTH account)."""
 
     def __init__(self, nc: Client, verify: Verify, keys: OperatorKeys) -> None:
         self._nc, self._verify, self._keys = nc, verify, keys
         self._sub: Any = None
+        self._slots = asyncio.Semaphore(CONCURRENT)
+        self._answering: set[asyncio.Task[None]] = set()
+
+    async def _answer(self, msg: Msg) -> None:
+        """Answer one login, then give back the slot ``on_request`` took for it."""
+        try:
+            response = await answer(msg.data.decode(errors="replace"), self._verify, self._keys)
+            await msg.respond(response.encode())
+        except Exception:  # one bad request must not end the service
+            log.exception("auth callout failed on a request")
+        finally:
+            self._slots.release()
 
     async def start(self) -> None:
         async def on_request(msg: Msg) -> None:
             if not msg.reply:
                 return
-            try:
-                response = await answer(msg.data.decode(errors="replace"), self._verify, self._keys)
-                await msg.respond(response.encode())
-            except Exception:  # one bad request must not end the service
-                log.exception("auth callout failed on a request")
+            await self._slots.acquire()  # CONCURRENT at most: the rest wait in the subscription
+            task = asyncio.create_task(self._answer(msg))
+            self._answering.add(task)
+            task.add_done_callback(self._answering.discard)
 
         # one queue group: on a cluster each login is answered by one control process, any of them
         self._sub = await self._nc.subscribe(AUTH_SUBJECT, queue="callout", cb=on_request, pending_msgs_limit=65536)
@@ -98,3 +114,6 @@ class Callout:
             with contextlib.suppress(Exception, asyncio.TimeoutError):
                 await asyncio.wait_for(self._sub.unsubscribe(), 2.0)
             self._sub = None
+        for task in list(self._answering):
+            task.cancel()
+        await asyncio.gather(*self._answering, return_exceptions=True)
