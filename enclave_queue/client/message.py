@@ -271,7 +271,9 @@ class Message:
 
     async def reject(self, error: Optional[str] = None) -> str:
         """Dead-letter the message now, with ``error`` as its last error. Returns 'moved' (to the
-        dead-letter queue), 'discarded' (the queue has none) or 'gone' (it was deleted meanwhile)."""
+        dead-letter queue), 'discarded' (the queue has none) or 'gone' (it was deleted meanwhile).
+        Raises ``Conflict`` if the lease ran out: the message may be another worker's by now."""
+        self._check_lease("dead-lettered")
         outcome = await self._session.reject(self.sequence, self.id, self.receive_count, error)
         self._settle()
         with contextlib.suppress(EnclaveError):

@@ -3,7 +3,12 @@ dropped) is answered as the first was, and done once: one copy on the queue, one
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from enclave_queue.client import connect
+from enclave_queue.errors import Conflict
 from tests.helpers import make_queue
 
 
@@ -36,3 +41,21 @@ async def test_a_reject_asked_twice_answers_moved_both_times_and_dead_letters_on
     assert [(letter.body, letter.last_error) for letter in letters] == [("poison", "bad")]
     with stack.admin() as admin:
         assert admin.queue_status("default", unique_name)["dead_lettered"] == 1
+
+
+async def test_a_reject_after_the_lease_ran_out_is_refused_and_leaves_the_message_to_its_new_holder(
+        stack, unique_name):
+    make_queue(stack, f"{unique_name}-dlq")
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=1, dead_letter_queue=f"{unique_name}-dlq")
+    async with connect(creds) as first, connect(creds) as second:
+        await first.put({"order": 1})
+        late = await first.get(timeout_s=3)
+        await asyncio.sleep(1.3)  # its lease ran out: the message is back
+        holder = await second.get(timeout_s=5)
+        assert (holder.id, holder.attempts) == (late.id, 2)
+        with pytest.raises(Conflict, match="lease on message .* expired"):
+            await late.reject(error="late")
+        await holder.ack()
+        assert await first.dead_letters(limit=10) == []
+    with stack.admin() as admin:
+        assert admin.queue_status("default", unique_name)["dead_lettered"] == 0
