@@ -240,6 +240,10 @@ def credentials(
         creds = client.credentials(project_of(project), name)
     if env:
         for key, value in creds.items():
+            if isinstance(value, list):  # broker_urls: a cluster's nodes, comma-separated as the SDK reads them
+                value = ",".join(str(item) for item in value)
+            elif value is None:  # previous_password_valid_until with no grace under way
+                continue
             print(f"export {ENV_PREFIX}{safe_text(key.upper(), markup=False)}="
                   f"{shlex.quote(safe_text(value, markup=False))}")
     else:

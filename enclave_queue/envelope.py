@@ -293,16 +293,24 @@ TEXT = "text/plain; charset=utf-8"
 
 #: what ``json.dumps(body, separators=(",", ":"))`` makes, without building an encoder a call (a
 #: tenth of a JSON body's encoding on the benchmark machine)
-_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 def encode(body: Any) -> tuple[bytes, Optional[dict[str, str]]]:
-    """A body as bytes and headers: bytes as they are, str as UTF-8 text, anything else as JSON."""
+    """A body as bytes and headers: bytes as they are, str as UTF-8 text, anything else as JSON.
+    ``SpecError`` naming ``body`` for what JSON cannot carry: NaN and the infinities (``json``
+    would write them bare, and no reader, this one included, takes that as JSON), or a value
+    of no JSON type."""
     if isinstance(body, (bytes, bytearray, memoryview)):
         return bytes(body), None
     if isinstance(body, str):
         return body.encode(), {"Content-Type": TEXT}
-    return _COMPACT_JSON.encode(body).encode(), {"Content-Type": JSON}
+    try:
+        return _COMPACT_JSON.encode(body).encode(), {"Content-Type": JSON}
+    except (ValueError, TypeError, RecursionError) as exc:
+        why = "NaN or an infinity" if isinstance(exc, ValueError) and "JSON compliant" in str(exc) else str(exc)
+        message = f"must be bytes, text or a JSON value, and this one cannot be written as JSON ({one_line(why)})"
+        raise SpecError(f"body {message}.", errors=[{"field": "body", "message": message}]) from None
 
 
 def nak_delay(wanted: float, receive_count: int, backoff: list[float]) -> float:

@@ -45,7 +45,7 @@ from ..errors import (
 )
 from .grouping import MIN_GROUP
 from .pipe import Pipe
-from .sending import PutUnderWay, Sending
+from .sending import PutUnderWay, Sending, check_timeout
 from .session import DEFAULT_TIMEOUT, RESEND_AFTER, Backoff, Session, unavailable
 from .settings import Settings
 
@@ -64,6 +64,27 @@ class _Refused(Exception):
     def __init__(self, error: EnclaveError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+def _encoded(bodies: Iterable[Any], verb: str, most: int) -> list[tuple[bytes, Optional[dict[str, str]]]]:
+    """Every body encoded (``SpecError`` naming the first that cannot be) before anything is sent,
+    1 to ``most`` of them. A str, bytes or dict is one body, not a list of them: refused."""
+    if isinstance(bodies, (str, bytes, bytearray, memoryview, dict)) or not isinstance(bodies, Iterable):
+        message = f"must be a list of message bodies (got {type(bodies).__name__})"
+        raise SpecError(f"{verb}: bodies {message}.", errors=[{"field": "bodies", "message": message}])
+    bodies = list(bodies)
+    if not 1 <= len(bodies) <= most:
+        message = f"must hold 1 to {most} bodies (got {len(bodies)})"
+        raise SpecError(f"{verb}: bodies {message}.", errors=[{"field": "bodies", "message": message}])
+    encoded = []
+    for index, body in enumerate(bodies):
+        try:
+            encoded.append(envelope.encode(body))
+        except SpecError as exc:
+            message = str(exc).removeprefix("body ").rstrip(".")
+            raise SpecError(f"{verb}: bodies[{index}] {message}.",
+                            errors=[{"field": f"bodies[{index}]", "message": message}]) from None
+    return encoded
 
 
 class Batching:
@@ -86,22 +107,23 @@ class Batching:
         A group commit on a broker that syncs every write (the module's docstring); elsewhere
         pipelined, up to ``window`` unconfirmed."""
         self._session.check_open()
-        bodies = list(bodies)
-        if not 1 <= len(bodies) <= MAX_SEND_BATCH:
-            message = f"must hold 1 to {MAX_SEND_BATCH} bodies (got {len(bodies)})"
-            raise SpecError(f"send_batch: bodies {message}.", errors=[{"field": "bodies", "message": message}])
-        if len(bodies) >= MIN_GROUP and await self._settings.synced_writes():
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            message = f"must be a whole number of messages, at least 1 (got {window!r})"
+            raise SpecError(f"send_batch: window {message}.", errors=[{"field": "window", "message": message}])
+        check_timeout(timeout)
+        encoded = _encoded(bodies, "send_batch", MAX_SEND_BATCH)
+        if len(encoded) >= MIN_GROUP and await self._settings.synced_writes():
             limit = await self._settings.max_message_bytes()
-            encoded = [envelope.encode(body) for body in bodies]
             fits = [item for item in encoded if len(item[0]) <= limit]
             if len(fits) == len(encoded):  # an oversize one is reported by the pipelined path, as one by one
                 try:
                     return len(await self._commit(encoded, timeout, answer_each=False))
                 except _Refused:
                     pass  # nothing was stored: one by one, each message's own outcome
-        return await self._pipelined(bodies, window, timeout)
+        return await self._pipelined(encoded, window, timeout)
 
-    async def _pipelined(self, bodies: list[Any], window: int, timeout: float) -> int:
+    async def _pipelined(self, bodies: list[tuple[bytes, Optional[dict[str, str]]]], window: int,
+                         timeout: float) -> int:
         """``send_batch`` one message after another, up to ``window`` unconfirmed. The PubAcks all
         come to one inbox of its own and are counted as they arrive (no future per message). The
         messages go out a chunk at a time (pipe.py), letting the loop run between chunks: the
@@ -161,8 +183,7 @@ class Batching:
         sub = await self._session.nc.subscribe(inbox, cb=on_ack)
         try:
             pipe = Pipe(self._session.nc, self._session.subject, inbox)
-            for body in bodies:
-                data, content = envelope.encode(body)
+            for data, content in bodies:
                 if len(data) > limit:
                     errors.append(MessageTooLarge(
                         f"a message of {len(data)} bytes is over the queue's max_message_bytes ({limit})"))
@@ -196,10 +217,8 @@ class Batching:
         batch. Raises ``SpecError`` for no bodies or more than 100, ``QueueFull`` when the batch
         does not fit under ``max_messages`` (nothing stored then either)."""
         self._session.check_open()
-        encoded = [envelope.encode(body) for body in bodies]
-        if not 1 <= len(encoded) <= MAX_PUT_MANY:
-            message = f"must hold 1 to {MAX_PUT_MANY} bodies (got {len(encoded)})"
-            raise SpecError(f"put_many: bodies {message}.", errors=[{"field": "bodies", "message": message}])
+        check_timeout(timeout)
+        encoded = _encoded(bodies, "put_many", MAX_PUT_MANY)
         limit = await self._settings.max_message_bytes()
         for index, (data, _) in enumerate(encoded):
             if len(data) > limit:

@@ -40,7 +40,10 @@ class Credentials:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Credentials:
         """From the ``ENCLAVE_QUEUE_*`` variables that ``enclave queue credentials --env`` prints."""
         env = os.environ if env is None else env
-        data = {f.name: env.get(ENV_PREFIX + f.name.upper(), "") for f in fields(cls)}
+        data: dict[str, Any] = {f.name: env.get(ENV_PREFIX + f.name.upper(), "") for f in fields(cls)}
+        urls = [url.strip() for url in env.get(ENV_PREFIX + "BROKER_URLS", "").split(",") if url.strip()]
+        if urls:  # a cluster's nodes: every one, as from_dict takes them
+            data["broker_urls"] = urls
         try:
             return cls.from_dict({k: v for k, v in data.items() if v})
         except SpecError as exc:

@@ -121,7 +121,8 @@ class Inspecting:
 
     async def depth_history(self, hours: int = 24) -> list[dict[str, Any]]:
         """The queue's depth samples of the last ``hours`` (1–168) hours, oldest first:
-        ``{"t", "waiting", "in_flight", "delayed", "dead"}`` each, one a sampling interval."""
+        ``{"t", "waiting", "in_flight", "delayed", "dead", "sent", "received", "removed"}`` each, one
+        a sampling interval (docs/sdk.md)."""
         _count_rule("hours", hours, 168)
         return await self._session.desk("history", {"hours": hours})
 

@@ -30,7 +30,7 @@ from typing import Any, Optional
 from nats.aio.msg import Msg
 
 from .. import envelope
-from ..errors import Conflict, EnclaveError
+from ..errors import Conflict, EnclaveError, out_of_range
 from ..spec import scheduled_delay
 from . import acks
 from .session import DEFAULT_TIMEOUT, Session
@@ -66,6 +66,12 @@ class PeekedMessage:
             headers=_header_block(base64.b64decode(message.get("hdrs") or "")),
             enqueued_at=envelope.parse_time(message["time"]) or datetime.now(UTC),
         )
+
+
+def _check_error(error: Any) -> None:
+    """Why an attempt failed: text, or None; SpecError naming ``error`` otherwise."""
+    if error is not None and not isinstance(error, str):
+        raise out_of_range("error", "text (why the attempt failed) or None", repr(error))
 
 
 def _header_block(raw: bytes) -> dict[str, str]:
@@ -227,6 +233,7 @@ class Message:
         the next receive shows it as ``last_error``, and a dead letter carries the last one."""
         if delay_s is not None:
             delay_s = envelope.check_delay(delay_s)
+        _check_error(error)
         self._check_lease("nacked")
         if error:
             await self._session.note_error(self.id, error)
@@ -273,6 +280,7 @@ class Message:
         """Dead-letter the message now, with ``error`` as its last error. Returns 'moved' (to the
         dead-letter queue), 'discarded' (the queue has none) or 'gone' (it was deleted meanwhile).
         Raises ``Conflict`` if the lease ran out: the message may be another worker's by now."""
+        _check_error(error)
         self._check_lease("dead-lettered")
         outcome = await self._session.reject(self.sequence, self.id, self.receive_count, error)
         self._settle()

@@ -55,10 +55,11 @@ raises ``RuntimeError("Client is closed.")``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
+from ..errors import out_of_range
 from ..spec import scheduled_delay
 from .batching import SEND_WINDOW, Batching
 from .connecting import open_session
@@ -229,8 +230,11 @@ async def _connect(credentials: Credentials | dict[str, Any] | None, *, name: st
         creds = Credentials.from_env()
     elif isinstance(credentials, Credentials):
         creds = credentials
-    else:
+    elif isinstance(credentials, Mapping):
         creds = Credentials.from_dict(credentials)
+    else:
+        raise out_of_range("credentials", "a Credentials, the dict 'enclave queue credentials --json' prints, or None "
+                           "(the ENCLAVE_QUEUE_* environment)", f"a {type(credentials).__name__}")
     queue = Queue(await open_session(creds, name=name, connect_timeout=connect_timeout))
     queue._settings.start()  # read ahead: a first receive or put need not wait for them
     return queue

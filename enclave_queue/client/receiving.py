@@ -45,6 +45,13 @@ def _wait_rule(field: str, value: Any, high: float) -> float:
     return float(value)
 
 
+def _batch_rule(batch: Any) -> int:
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+        rule = f"must be a whole number from 1 to {MAX_BATCH} (got {batch!r})"
+        raise SpecError(f"batch {rule}.", errors=[{"field": "batch", "message": rule}])
+    return batch
+
+
 class Receiving:
     """The receiving verbs of one queue."""
 
@@ -53,12 +60,11 @@ class Receiving:
         self._settings = settings
 
     async def receive(self, batch: int = 1, wait: float = 5.0, *, lease_s: Optional[float] = None) -> list[Message]:
-        """Up to ``batch`` (1–1000) messages, waiting up to ``wait`` seconds for the first one;
+        """Up to ``batch`` (1–1000) messages, waiting up to ``wait`` (0–60) seconds for the first one;
         returns as soon as any are available (an empty list if none came). Each is leased
         (hidden) for the queue's visibility timeout, or ``lease_s`` (1 s to 12 h)."""
-        if not 1 <= batch <= MAX_BATCH:
-            rule = f"must be from 1 to {MAX_BATCH} (got {batch})"
-            raise SpecError(f"batch {rule}.", errors=[{"field": "batch", "message": rule}])
+        _batch_rule(batch)
+        wait = _wait_rule("wait", wait, MAX_GET_WAIT)
         if lease_s is not None:
             lease_s = envelope.check_lease(lease_s)
         return await self._receive(batch, wait, lease_s)
@@ -67,6 +73,8 @@ class Receiving:
         """``receive`` once its arguments are checked."""
         session = self._session
         levels = await self._settings.levels()
+        if self._settings.cached("consumer") is None:
+            await self._settings.consumer()  # NotFound if the credentials name no consumer of the queue's
         if levels == (0,) and batch == 1 and wait >= MIN_SLICE:
             # a waiting pull of one returns as soon as one is there: asking without waiting first
             # would only cost a waiting worker (get) a round trip per message
@@ -141,6 +149,7 @@ class Receiving:
         handed out, and before the iteration ends; one that failed (``Conflict``,
         ``BrokerUnavailable``) is raised by the iteration then. Left early (``break``), it confirms
         them as it closes, without raising."""
+        _batch_rule(batch)
         if lease_s is not None:
             lease_s = envelope.check_lease(lease_s)
         wait = 0.0 if stop_when_empty else ITERATE_WAIT
@@ -150,7 +159,7 @@ class Receiving:
         settle = True  #: on the way out, wait for its acks' confirmations (not when cancelled)
         try:
             while True:
-                unseen = await pending
+                unseen = await self._taken(pending)
                 await window.settle()
                 if not unseen and stop_when_empty:
                     return
@@ -178,10 +187,12 @@ class Receiving:
     async def messages(self, batch: int = 100, wait: float = 5.0) -> AsyncIterator[Message]:
         """Every message as it comes, fetching the next batch while the current one is handled
         (so up to two batches are leased at once). Stops when nothing arrives for ``wait`` seconds."""
+        _batch_rule(batch)
+        _wait_rule("wait", wait, MAX_GET_WAIT)
         pending = self._prefetch(batch, wait, None)
         try:
             while True:
-                current = await pending
+                current = await self._taken(pending)
                 if not current:
                     return
                 pending = self._prefetch(batch, wait, None)
@@ -190,8 +201,19 @@ class Receiving:
         finally:
             pending.cancel()
 
+    async def _taken(self, pending: asyncio.Task[list[Message]]) -> list[Message]:
+        """What a prefetch took. ``close()`` cancels it; the iteration then raises what any call
+        on a closed client does, not a cancellation nobody asked of its task."""
+        try:
+            return await pending
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if pending.cancelled() and not (task is not None and task.cancelling()):
+                self._session.check_open()
+            raise
+
     def _prefetch(self, batch: int, wait: float, lease_s: Optional[float]) -> asyncio.Task[list[Message]]:
-        return self._session.spawn(self.receive(batch, wait, lease_s=lease_s))
+        return self._session.spawn(self._receive(batch, wait, lease_s))  # checked by the caller
 
     async def delete_many(self, messages: Iterable[Message], timeout: float = DEFAULT_TIMEOUT, *,
                           confirm: bool = True) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
 
@@ -24,11 +26,38 @@ from nats.aio.msg import Msg
 from nats.nuid import NUID
 
 from .. import envelope
-from ..errors import BrokerUnavailable, MaybeStored, MessageTooLarge, SpecError, publish_refused
+from ..errors import BrokerUnavailable, MaybeStored, MessageTooLarge, SpecError, out_of_range, publish_refused
 from ..spec import check_dedupe_key
 from .grouping import GroupCommit
 from .session import DEFAULT_TIMEOUT, RESEND_AFTER, Backoff, Session, unavailable
 from .settings import Settings
+
+#: a header's name: an HTTP token (RFC 9110), as NATS headers are
+HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,255}")
+HEADERS_RULE = "a dict of header names (letters, digits or !#$%&'*+.^_`|~-) to text without line breaks"
+
+
+def check_headers(headers: Any) -> dict[str, str]:
+    """A put's own headers, once they are HEADERS_RULE (a ``Nats-Msg-Id`` among them is a dedupe
+    key: ``put`` checks it as one); SpecError naming ``headers`` otherwise."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, dict):
+        raise out_of_range("headers", HEADERS_RULE, f"a {type(headers).__name__}")
+    for name, value in headers.items():
+        if not (isinstance(name, str) and HEADER_NAME.fullmatch(name)):
+            raise out_of_range("headers", HEADERS_RULE, f"the name {name!r}")
+        if not (isinstance(value, str) and value.isprintable()):
+            raise out_of_range("headers", HEADERS_RULE, f"{value!r} for {name!r}")
+    return headers
+
+
+def check_timeout(timeout: Any) -> float:
+    """Seconds to wait for the broker: a finite number above 0; SpecError naming ``timeout``."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise out_of_range("timeout", "a number of seconds above 0", repr(timeout))
+    return float(timeout)
+
 
 DEDUPE_MARGIN = 0.5  #: seconds before its first copy leaves the dedupe window that a put is no longer sent again
 
@@ -134,7 +163,10 @@ class Sending:
         delay = envelope.check_delay(delay_s) if delay_s is not None else 0.0
         ttl = envelope.check_ttl(ttl_s, delay) if ttl_s is not None else None
         target = await self._lane(envelope.check_priority(priority))
-        own_key = check_dedupe_key(dedupe_key) if dedupe_key is not None else (headers or {}).get("Nats-Msg-Id") or None
+        headers = check_headers(headers)
+        check_timeout(timeout)
+        key = dedupe_key if dedupe_key is not None else headers.get("Nats-Msg-Id")
+        own_key = check_dedupe_key(key) if key is not None else None  # a key given as a header is one too
         msg_id = own_key or self.new_id()
         data, content = envelope.encode(body)
         await self.check_size(data)

@@ -15,7 +15,7 @@ import time
 from typing import Any, NamedTuple
 
 from .. import envelope
-from ..errors import BrokerUnavailable, EnclaveError
+from ..errors import BrokerUnavailable, EnclaveError, NotFound
 from ..names import LANES
 from ..spec import HEADER_ROOM
 from .session import Session
@@ -23,6 +23,7 @@ from .session import Session
 SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are cached
 PRIORITY_LEVELS = (*reversed(LANES), 0)  #: a queue with ``priorities``: its levels, highest first
 BROKER_TIMEOUT = 2.0  #: seconds the control plane is given to say how the broker syncs
+CONSUMER_NOT_FOUND = 10014  #: the JetStream API's err_code for a consumer that does not exist
 BROKER_WAIT = 0.25  #: seconds a first batch waits for that answer before it assumes every write is synced
 
 
@@ -90,7 +91,11 @@ class Settings:
 
     async def _read_consumer(self) -> dict[str, Any]:
         credentials = self._session.credentials
-        info = await self._session.info(f"CONSUMER.INFO.{credentials.stream}.{credentials.consumer}")
+        info = await self._session.info(f"CONSUMER.INFO.{credentials.stream}.{credentials.consumer}",
+                                        missing=CONSUMER_NOT_FOUND)
+        if info is None:  # a pull from it would wait on nothing, for ever: say so
+            raise NotFound(f"The queue has no consumer {credentials.consumer!r}: the credentials' consumer must "
+                           "be the one 'enclave queue credentials' prints (worker).")
         config = info.get("config", {})
         return {"ack_wait": int(config.get("ack_wait", 30 * 10**9)) / 1e9,
                 "backoff": [step / 1e9 for step in (config.get("backoff") or [])],

@@ -26,9 +26,15 @@ class _Loop:
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self.loop.is_closed():  # after close(): as the async client says it
+            coro.close()
+            raise RuntimeError("Client is closed.")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def stop(self) -> None:
+        """End the loop's thread; a second call does nothing."""
+        if self.loop.is_closed():
+            return
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join()
         self.loop.close()
@@ -141,6 +147,9 @@ class SyncQueue:
         return self._loop.run(self.queue.metrics())
 
     def close(self) -> None:
+        """Close the connection; a second call (an explicit close inside ``with``) does nothing."""
+        if self._loop.loop.is_closed():
+            return
         try:
             self._loop.run(self.queue.close())
         finally:

@@ -101,4 +101,4 @@ async def test_only_one_shot_delays_into_the_queue_stay_on_its_delay_subjects(st
         js = nc.jetstream()
         for token in hostile:
             with pytest.raises(nats.js.errors.NotFoundError):
-                await js.get_last_msg(creds["stream"], f"{subject}.delay.{token}", direct=True)
+                await js.get_last_msg(creds["stream"], f"{subject}.delay.{token}")  # STREAM.MSG.GET

@@ -1,0 +1,135 @@
+"""The SDK used wrongly, as an app developer might: each mistake is a specific exception naming
+what was wrong, raised before anything is sent, and nothing is stored half-way."""
+
+import asyncio
+import math
+
+import pytest
+
+from enclave_queue.client import Credentials, connect, connect_sync
+from enclave_queue.errors import NotFound, SpecError
+from tests.cli.test_cli import run
+from tests.helpers import make_queue
+
+
+async def test_bodies_json_cannot_carry_are_refused_and_nothing_is_stored(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        for body in [{"temperature": math.nan}, math.inf, [-math.inf], {1j: 2}, object(), {"s": {1, 2}}]:
+            with pytest.raises(SpecError, match=r"^body must be bytes, text or a JSON value") as caught:
+                await queue.put(body)
+            assert caught.value.errors[0]["field"] == "body"
+        with pytest.raises(SpecError, match=r"^put_many: bodies\[1\] must be bytes, text or a JSON value"):
+            await queue.put_many(["fine", {"x": math.nan}])
+        for count in (3, 40):  # pipelined and group-committed
+            with pytest.raises(SpecError, match=rf"^send_batch: bodies\[{count - 1}\] must be"):
+                await queue.send_batch(["fine"] * (count - 1) + [object()])
+        assert await queue.len() == 0
+
+
+async def test_the_shape_of_a_batch_and_its_window_are_checked(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        for verb in (queue.send_batch, queue.put_many):
+            for bodies in ("abc", b"abc", {"a": 1}, None, 5):
+                with pytest.raises(SpecError, match="bodies must be a list of message bodies"):
+                    await verb(bodies)
+        for window in (0, -1, 2.5, True, "8"):
+            with pytest.raises(SpecError, match=r"^send_batch: window must be a whole number"):
+                await queue.send_batch(["a", "b"], window=window)
+        for timeout in (0, -1, math.nan, math.inf, "5", True):
+            with pytest.raises(SpecError, match=r"^timeout must be a number of seconds above 0"):
+                await queue.put("a", timeout=timeout)
+            with pytest.raises(SpecError, match=r"^timeout must be"):
+                await queue.send_batch(["a"], timeout=timeout)
+        assert await queue.len() == 0
+
+
+async def test_headers_and_errors_are_checked(stack, unique_name):
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=30)
+    async with connect(creds) as queue:
+        for headers in ([("a", "b")], {"X-A": 5}, {"X-A": None}, {"bad key": "v"}, {"X-A": "v\r\nX-Evil: 1"},
+                        {5: "v"}):
+            with pytest.raises(SpecError, match=r"^headers must be a dict of header names"):
+                await queue.put("a", headers=headers)
+        # a dedupe key given as a header follows the dedupe key's rule
+        for key in ("k" * 1000, ""):
+            with pytest.raises(SpecError, match=r"^dedupe_key must be"):
+                await queue.put("a", headers={"Nats-Msg-Id": key})
+        assert await queue.len() == 0
+        await queue.put("a", headers={"X-Trace": "t-1"})
+        message = await queue.get(timeout_s=5)
+        for error in (123, b"bytes", ["why"]):
+            with pytest.raises(SpecError, match=r"^error must be text"):
+                await message.nack(error=error)
+            with pytest.raises(SpecError, match=r"^error must be text"):
+                await message.reject(error=error)
+        await message.nack(error="a reason")  # still leased: the refusals left it alone
+
+
+async def test_receive_arguments_are_checked(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        for wait in (math.nan, -1, math.inf, 1e6, "1", True):
+            with pytest.raises(SpecError, match=r"^wait must be a number of seconds from 0 to 60"):
+                await queue.receive(wait=wait)
+        for batch in (2.5, True, "3", 0, 1001):
+            with pytest.raises(SpecError, match=r"^batch must be a whole number from 1 to 1000"):
+                await queue.receive(batch=batch)
+
+
+async def test_credentials_of_the_wrong_type_or_consumer_are_refused(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    with pytest.raises(SpecError, match=r"^credentials must be a Credentials"):
+        await connect("nats://127.0.0.1:4222")
+    async with connect(creds) as queue:
+        await queue.put("waiting")
+    async with connect({**creds, "consumer": "workers"}) as typo:
+        with pytest.raises(NotFound, match="The queue has no consumer 'workers'"):
+            await typo.get(timeout_s=1)
+        with pytest.raises(NotFound, match="no consumer 'workers'"):
+            await typo.receive(wait=0)
+    async with connect(creds) as queue:
+        assert (await queue.get(timeout_s=5)).body == "waiting"
+
+
+async def test_close_during_an_iteration_ends_it_as_a_closed_client(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    queue = await connect(creds)
+
+    async def iterate():
+        async for message in queue.iterate():
+            await message.ack()
+
+    task = asyncio.create_task(iterate())
+    await asyncio.sleep(0.5)
+    await queue.close()
+    with pytest.raises(RuntimeError, match="Client is closed"):
+        await asyncio.wait_for(task, 10)
+    assert not task.cancelled()
+
+
+def test_a_sync_client_closes_twice_and_says_it_is_closed(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    with connect_sync(creds) as queue:
+        queue.send("x")
+        queue.close()
+        queue.close()
+        with pytest.raises(RuntimeError, match="Client is closed"):
+            queue.send("y")
+    # the with's own close came third: nothing raised
+
+
+def test_env_credentials_keep_every_node(stack, unique_name):
+    make_queue(stack, unique_name)
+    printed = run(stack, "queue", "credentials", unique_name, "--env")
+    assert printed.returncode == 0, printed.stderr
+    env = {}
+    for line in printed.stdout.splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        env[name] = value.strip("'")
+    assert env["ENCLAVE_QUEUE_BROKER_URLS"].startswith("nats://")  # a list joined, not its repr
+    assert "None" not in env.values()
+    two = {**env, "ENCLAVE_QUEUE_BROKER_URLS": "nats://127.0.0.1:1,nats://127.0.0.1:2"}
+    assert Credentials.from_env(two).servers == ["nats://127.0.0.1:1", "nats://127.0.0.1:2"]
+    assert Credentials.from_env(env).servers == [env["ENCLAVE_QUEUE_BROKER_URLS"]]
