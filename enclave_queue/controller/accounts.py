@@ -126,7 +126,7 @@ class Accounts:
         control = self.keys.public(self.keys.platform_account("control"))
         if config_mode_accounts(store):  # written before operator mode: its config names our control user
             try:
-                old = json.loads(self.supervisor.config_path.read_text())
+                old = json.loads(self.supervisor.config_path.read_text(encoding="utf-8"))
                 users = old["accounts"][CONTROL_ACCOUNT]["users"]
             except (OSError, ValueError, KeyError, TypeError):
                 return
@@ -155,17 +155,40 @@ class Accounts:
         self._remove_store_dirs()
 
     async def clean_up(self) -> None:
-        """Remove the accounts no queue owns (an interrupted create or delete left them)."""
+        """Remove the accounts no queue owns (an interrupted create left them: claimed, and the
+        queue's record never written). One whose stream holds messages is kept, with a warning:
+        no create gets as far as storing one without its queue record, so the record was lost
+        (a state bucket damaged or restored from an older copy), and the messages are an
+        operator's to recover, not this process's to delete."""
         assert self.store is not None
         store = self.store
         owners = {record.id for _, record, _ in await store.queues.items()}
         for record, _ in list(self._records.values()):
             if record.owner is None or record.id not in owners:
                 if record.owner is not None:  # a spare of the old pool never had a stream
+                    held = await self._stream_messages(record.id)
+                    if held != 0:
+                        log.warning("account %s was claimed by queue %s, which has no record; kept, as its stream "
+                                    "holds %s message(s) (restore the queue records, or delete the account's "
+                                    "directory by hand)", record.id, record.owner,
+                                    "some" if held is None else held)
+                        continue
                     log.warning("account %s was claimed by a queue that does not exist; removing it", record.id)
                     await self._delete_stream(record.id)
                 await store.accounts.delete(record.id)
                 self._records.pop(record.id, None)
+
+    async def _stream_messages(self, account_id: str) -> Optional[int]:
+        """How many messages an account's stream holds: 0 without a stream, None if unknown."""
+        if self.conn is None:
+            return 0
+        try:
+            info = await self.conn.queue_js(account_id).stream_info(stream_name(account_id))
+        except nats.js.errors.NotFoundError:
+            return 0
+        except (TimeoutError, nats.errors.Error, EnclaveError):
+            return None
+        return int(info.state.messages)
 
     def start_graces(self) -> None:
         """End each rotation's grace on time from now on (the node that does the work that must
@@ -505,4 +528,9 @@ class Accounts:
         keep |= {self.keys.public(self.keys.platform_account(role)) for role in ("system", "control", "auth")}
         for path in root.iterdir():
             if path.is_dir() and path.name not in keep:
+                if any(found.is_file() for found in path.rglob("*.blk")):  # messages: not ours to delete
+                    log.warning("JetStream directory %s belongs to no account Enclave knows, and holds message "
+                                "blocks; kept (its account record was lost?). Delete it by hand if its queue is "
+                                "gone for good.", path)
+                    continue
                 shutil.rmtree(path, ignore_errors=True)

@@ -7,6 +7,7 @@ again, with nothing orphaned."""
 import asyncio
 import json
 import os
+import shutil
 import signal
 
 import nats
@@ -215,3 +216,29 @@ async def test_no_plaintext_password_under_the_data_dir_or_in_the_logs(enclave_s
     assert checked > 10
     assert (home / "admin-token").stat().st_mode & 0o777 == 0o600
     assert (home / "master.key").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("bucket", ["KV_enclave-queues", "KV_enclave-accounts"])
+async def test_a_lost_state_bucket_deletes_no_queue_s_messages(enclave_stack_factory, tmp_path, bucket):
+    """The queue records or the account records gone (a damaged or partly restored disk): the
+    accounts and store directories that no record names hold messages, so they are kept for an
+    operator to recover, where they were removed as an interrupted create's leftovers."""
+    home = tmp_path / "home"
+    first = enclave_stack_factory(home=home)
+    creds = make_queue(first, "orders")
+    async with connect(creds) as queue:
+        assert await queue.send_batch([{"n": i} for i in range(5)]) == 5
+    assert first.stop() == 0
+    keys = OperatorKeys(MasterKey.load_or_create(home))
+    account_dir = home / "broker" / "jetstream" / keys.public(keys.queue_account(creds["stream"].lower()))
+    blocks = sorted(p.name for p in account_dir.rglob("*.blk"))
+    assert blocks
+    [lost] = (home / "broker" / "jetstream").glob(f"*/streams/{bucket}")
+    shutil.rmtree(lost)
+
+    second = enclave_stack_factory(home=home)
+    assert sorted(p.name for p in account_dir.rglob("*.blk")) == blocks
+    log = second.log_path.read_text()
+    assert "kept" in log, log[-3000:]
+    assert second.stop() == 0
+    assert sorted(p.name for p in account_dir.rglob("*.blk")) == blocks
