@@ -13,7 +13,6 @@ import typer
 
 from enclave_queue.errors import SpecError
 from enclave_queue.settings import EnclaveSettings, check_node_name, parse_routes
-from enclave_queue.spec import shown
 
 from .options import whole
 
@@ -48,8 +47,9 @@ def up(
     if settings.clustered and not os.environ.get("ENCLAVE_SYNC"):  # a cluster's default, as with ENCLAVE_ROUTES
         settings = replace(settings, sync="interval")
     settings = replace(settings, home=settings.home.resolve())  # absolute: in messages, in the broker's command line
-    if not isinstance(logging.getLevelName(settings.log_level.upper()), int):  # as basicConfig reads it
-        raise SpecError(f"ENCLAVE_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)} (got {shown(settings.log_level)}).")
+    from enclave_queue.server.preflight import check_before_start
+
+    check_before_start(settings, LOG_LEVELS)
     make_data_dir(settings.home, "--data-dir" if data_dir is not None else "ENCLAVE_HOME")
     from enclave_queue.server import serve  # the server's modules: only once the options are checked
 

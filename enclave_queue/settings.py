@@ -37,6 +37,11 @@ STORE_SHARE = 0.8
 MIN_FILE_STORE = 64 << 20
 SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
               "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+MAX_SIZE = 1 << 50  #: bytes: 1024 TiB, past any disk this runs on (nats-server refuses a number past int64)
+#: how a number is written in a setting: ASCII digits (int() also takes '1_0', ' 5' and other
+#: scripts' digits, and float() 'nan' and '1e400')
+WHOLE = re.compile(r"[0-9]+")
+DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 SIZE_RULE = "a size in bytes, optionally with a unit (K, M, G, T: powers of 1024), such as 20G"
 
 
@@ -45,8 +50,8 @@ def parse_size(name: str, raw: str) -> int:
     text = raw.strip().lower()
     digits = text.rstrip("kmgtib")
     unit = text[len(digits):]
-    if not digits.isdigit() or unit not in SIZE_UNITS:
-        raise SpecError(f"{name} must be {SIZE_RULE} (got {raw!r}).")
+    if not WHOLE.fullmatch(digits) or unit not in SIZE_UNITS or int(digits) * SIZE_UNITS[unit] > MAX_SIZE:
+        raise SpecError(f"{name} must be {SIZE_RULE}, at most 1024T (got {raw!r}).")
     return int(digits) * SIZE_UNITS[unit]
 
 
@@ -93,10 +98,9 @@ def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -
     raw = env.get(name)
     if raw in (None, ""):
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SpecError(f"{name} must be an integer from {low} to {high} (got {raw!r}).") from None
+    if not WHOLE.fullmatch(raw):
+        raise SpecError(f"{name} must be an integer from {low} to {high} (got {raw!r}).")
+    value = int(raw)
     if not low <= value <= high:
         raise SpecError(f"{name} must be an integer from {low} to {high} (got {value}).")
     return value
@@ -106,10 +110,9 @@ def _float(env: Mapping[str, str], name: str, default: float, low: float, high: 
     raw = env.get(name)
     if raw in (None, ""):
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SpecError(f"{name} must be a number from {low} to {high} (got {raw!r}).") from None
+    if not DECIMAL.fullmatch(raw):
+        raise SpecError(f"{name} must be a number from {low} to {high} (got {raw!r}).")
+    value = float(raw)
     if not low <= value <= high:
         raise SpecError(f"{name} must be a number from {low} to {high} (got {value}).")
     return value

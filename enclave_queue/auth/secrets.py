@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from ..errors import EnclaveError
+from ..errors import EnclaveError, SpecError
 
 #: bcrypt work factor for app-user passwords. The passwords are 43 random characters (256 bits),
 #: so no work factor adds to their strength; a low one keeps reconnect storms cheap for the broker
@@ -33,6 +33,18 @@ NONCE_BYTES = 12
 #: What every handle (a receipt) starts with: a letter. Base64url text may start with '-', and a
 #: handle that did would read as an option on a command line (`enclave queue delete-message q -pX…`).
 HANDLE_PREFIX = "r"
+
+
+def check_master_key(text: str) -> bytes:
+    """``ENCLAVE_MASTER_KEY``'s 32 bytes; SpecError (a setting's error) naming it otherwise."""
+    try:
+        key = _unb64(text.strip())
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise SpecError("ENCLAVE_MASTER_KEY must be 32 bytes, base64-encoded (such as the output of "
+                        "'head -c 32 /dev/urandom | base64').")
+    return key
 
 
 class SealError(EnclaveError):
@@ -62,13 +74,15 @@ class MasterKey:
     def load_or_create(cls, home: Path, env_value: str | None = None) -> MasterKey:
         """The key from ``env_value`` (base64), else from ``home/master.key``, created 0600 if missing."""
         if env_value:
-            try:
-                return cls(_unb64(env_value.strip()))
-            except ValueError as exc:
-                raise EnclaveError("ENCLAVE_MASTER_KEY must be 32 bytes, base64-encoded.") from exc
+            return cls(check_master_key(env_value))
         path = home / "master.key"
         if path.exists():
-            return cls(_unb64(path.read_text().strip()))
+            try:
+                return cls(_unb64(path.read_text(encoding="ascii").strip()))
+            except (OSError, ValueError) as exc:  # a directory, bytes that are not text, not 32 bytes
+                raise EnclaveError(f"{path} is not a master key (32 bytes, base64-encoded): "
+                                   f"{getattr(exc, 'strerror', None) or exc}. Restore the data directory's "
+                                   "master.key, or set ENCLAVE_MASTER_KEY to the key it was created with.") from None
         home.mkdir(parents=True, exist_ok=True)
         key = secrets.token_bytes(32)
         write_private(path, _b64(key) + "\n")

@@ -212,5 +212,6 @@ def render(config: BrokerConfig, keys: OperatorKeys) -> str:
             "authorization": {"user": ROUTE_USER, "password": _variable(ROUTE_PASSWORD_VAR), "timeout": 2},
             "routes": [_variable(ROUTE_VAR.format(i)) for i in range(len(config.routes))],
         }
-    text = json.dumps(built, indent=1, sort_keys=True) + "\n"
+    # as UTF-8, not \u escapes: nats-server's parser refuses \u (a data dir under /home/zoë)
+    text = json.dumps(built, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
     return re.sub(r'"\\u0000(\w+)\\u0000"', r"$\1", text)

@@ -106,12 +106,12 @@ class Supervisor:
     async def write_config(self, text: str) -> bool:
         """Validate ``text`` and atomically make it the configuration. Returns False if unchanged."""
         with contextlib.suppress(OSError):
-            if self.config_path.read_text() == text:
+            if self.config_path.read_text(encoding="utf-8") == text:
                 return False
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.config_path.with_name(self.config_path.name + ".new")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:  # a data dir's path may be any text
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())

@@ -1,6 +1,7 @@
-"""What ``enclave up`` makes sure of before it starts anything: the data dir's lock (one ``enclave
-up`` per data dir), room on its filesystem, and free ports, each refused with a sentence naming
-the data dir, the port or the setting.
+"""What ``enclave up`` makes sure of before it starts anything: settings that cannot work
+(``check_before_start``, called by cli/server.py before even the data dir is made), the data
+dir's lock (one ``enclave up`` per data dir), room on its filesystem, and free ports, each refused
+with a sentence naming the data dir, the port or the setting.
 """
 
 from __future__ import annotations
@@ -10,13 +11,17 @@ import errno
 import fcntl
 import json
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Optional
 
+from ..auth.secrets import check_master_key
 from ..broker.storage import START_ROOM, free_bytes
-from ..errors import Conflict, EnclaveError, StorageFull
-from ..settings import RUNTIME_FILE, EnclaveSettings
+from ..errors import Conflict, EnclaveError, SpecError, StorageFull
+from ..settings import ADMIN_TOKEN_FILE, MASTER_KEY_FILE, RUNTIME_FILE, EnclaveSettings
+from ..spec import shown
+from ..web.proxies import TrustedProxies
 
 LOCK_FILE = "enclave.lock"  #: in ENCLAVE_HOME: flock-ed by the running `enclave up`, holds its PID
 _MIB = 1 << 20
@@ -123,3 +128,35 @@ def check_ports(settings: EnclaveSettings) -> None:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the listeners do
                 bind(probe, host, port, setting, option)
+
+
+#: a host to listen on: an IPv4 address or a DNS name (the broker's and the API's listeners take no IPv6 here)
+HOST = re.compile(r"(?:[0-9]{1,3}\.){3}[0-9]{1,3}|(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+                  r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def check_before_start(settings: EnclaveSettings, log_levels: tuple[str, ...]) -> None:
+    """What the settings can be refused for before anything starts (exit 2): each error names the
+    setting and its rule, where the same mistake would otherwise surface from the broker, the HTTP
+    server or the console once the broker is up and the admin token written."""
+    if settings.log_level not in log_levels:  # uvicorn takes these five (Python's logging takes more)
+        raise SpecError(f"ENCLAVE_LOG_LEVEL must be one of {', '.join(log_levels)} (got {shown(settings.log_level)}).")
+    for name, host in (("ENCLAVE_API_HOST", settings.api_host), ("ENCLAVE_BROKER_HOST", settings.broker_host)):
+        octets = host.split(".")
+        if not HOST.fullmatch(host) or (len(octets) == 4 and all(o.isdigit() for o in octets)
+                                        and any(int(o) > 255 for o in octets)):
+            raise SpecError(f"{name} must be an IPv4 address or a host name such as 127.0.0.1 (got {shown(host)}).")
+    if settings.api_port and settings.api_port == settings.broker_port:
+        raise SpecError(f"ENCLAVE_API_PORT and ENCLAVE_BROKER_PORT must differ (both {settings.api_port}).")
+    if settings.cluster_port and not settings.routes:
+        raise SpecError("ENCLAVE_CLUSTER_PORT (--cluster-port) needs ENCLAVE_ROUTES (--routes): the other nodes' "
+                        "cluster ports; a cluster node cannot start alone.")
+    if settings.cluster_port and settings.cluster_port in (settings.api_port, settings.broker_port):
+        raise SpecError(f"ENCLAVE_CLUSTER_PORT must differ from the API and broker ports (got {settings.cluster_port}).")
+    TrustedProxies.from_env()  # SpecError naming ENCLAVE_TRUSTED_PROXIES
+    for name in (ADMIN_TOKEN_FILE, MASTER_KEY_FILE):
+        path = settings.home / name
+        if path.exists() and not path.is_file():
+            raise SpecError(f"{path} must be a file (the data dir's {name}); move what is there away.")
+    if settings.master_key is not None:
+        check_master_key(settings.master_key)

@@ -54,7 +54,7 @@ from ..controller.reconciler import Reconciler
 from ..controller.sampler import Sampler
 from ..desk.deadlines import Deadlines
 from ..desk.endpoint import Desk
-from ..errors import BrokerUnavailable, Conflict, SpecError
+from ..errors import BrokerUnavailable, Conflict, EnclaveError, SpecError
 from ..metrics.collector import QueueMetrics
 from ..metrics.instruments import ControlMetrics
 from ..service import QueueService
@@ -318,8 +318,11 @@ class Runtime:
         assert self.store is not None
         name = f"admin@{self.settings.node_name}" if self.settings.clustered else "admin"
         path = self.settings.home / ADMIN_TOKEN_FILE
+        if path.is_dir() or (path.exists() and not path.is_file()):
+            raise EnclaveError(f"{path} must be the admin token's file (it is not a file); remove it, and a new "
+                               "token is written there.")
         if path.exists():
-            token = path.read_text().strip()
+            token = path.read_bytes().decode("utf-8", "replace").strip()  # not UTF-8: not a token, replaced
             if token and await self.store.tokens.get(token_digest(token)) is not None:
                 return
         token = generate_token()

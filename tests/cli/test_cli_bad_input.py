@@ -141,6 +141,44 @@ def test_files_and_directories_that_cannot_be_used_are_usage_errors(stack, uniqu
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+def test_settings_enclave_up_cannot_use_are_refused_before_anything_starts(stack, tmp_path):
+    """Each is exit 2 naming the setting, and nothing is made: not the data dir, no broker (they
+    used to surface from the broker, the HTTP server or the console, or as int('1_0') == 10)."""
+    home = tmp_path / "home"
+    port_rule = "error: ENCLAVE_API_PORT must be an integer from 0 to 65535 (got {})."
+    host_rule = "error: ENCLAVE_API_HOST must be an IPv4 address or a host name such as 127.0.0.1 (got {})."
+    size_rule = ("error: ENCLAVE_MAX_FILE_STORE must be a size in bytes, optionally with a unit (K, M, G, T: powers "
+                 "of 1024), such as 20G, at most 1024T (got {}).")
+    levels = "error: ENCLAVE_LOG_LEVEL must be one of debug, info, warning, error, critical (got {})."
+    cases = [
+        ({"ENCLAVE_API_PORT": "1_0"}, port_rule.format("'1_0'")),
+        ({"ENCLAVE_API_PORT": " 5"}, port_rule.format("' 5'")),
+        ({"ENCLAVE_API_PORT": "\u0663"}, port_rule.format("'\u0663'")),
+        ({"ENCLAVE_SWEEP_SECONDS": "1_0"}, "error: ENCLAVE_SWEEP_SECONDS must be a number from 0.2 to 86400.0 (got '1_0')."),
+        ({"ENCLAVE_SWEEP_SECONDS": "nan"}, "error: ENCLAVE_SWEEP_SECONDS must be a number from 0.2 to 86400.0 (got 'nan')."),
+        ({"ENCLAVE_LOG_LEVEL": "warn"}, levels.format("'warn'")),
+        ({"ENCLAVE_LOG_LEVEL": "notset"}, levels.format("'notset'")),
+        ({"ENCLAVE_MAX_FILE_STORE": "\u00b2G"}, size_rule.format("'\u00b2G'")),
+        ({"ENCLAVE_MAX_FILE_STORE": "99999999999999999999T"}, size_rule.format("'99999999999999999999T'")),
+        ({"ENCLAVE_TRUSTED_PROXIES": "garbage"},
+         "error: ENCLAVE_TRUSTED_PROXIES must be a comma-separated list of IP addresses or networks (got 'garbage')."),
+        ({"ENCLAVE_MASTER_KEY": "short"},
+         "error: ENCLAVE_MASTER_KEY must be 32 bytes, base64-encoded (such as the output of "
+         "'head -c 32 /dev/urandom | base64')."),
+        ({"ENCLAVE_API_PORT": "7781", "ENCLAVE_BROKER_PORT": "7781"},
+         "error: ENCLAVE_API_PORT and ENCLAVE_BROKER_PORT must differ (both 7781)."),
+        ({"ENCLAVE_CLUSTER_PORT": "6222"},
+         "error: ENCLAVE_CLUSTER_PORT (--cluster-port) needs ENCLAVE_ROUTES (--routes): the other nodes' cluster "
+         "ports; a cluster node cannot start alone."),
+        ({"ENCLAVE_API_HOST": "999.1.1.1"}, host_rule.format("'999.1.1.1'")),
+        ({"ENCLAVE_API_HOST": " 127.0.0.1"}, host_rule.format("' 127.0.0.1'")),
+        ({"ENCLAVE_API_HOST": "::1"}, host_rule.format("'::1'")),
+    ]
+    for env, line in cases:
+        fails(stack, "up", "--data-dir", str(home), env=env, code=2, line=line)
+    assert not home.exists()
+
+
 # -- where the API is ---------------------------------------------------------------------------
 
 def test_an_api_url_or_token_that_cannot_be_used_is_refused_before_any_request(stack):
