@@ -242,3 +242,13 @@ async def test_a_lost_state_bucket_deletes_no_queue_s_messages(enclave_stack_fac
     assert "kept" in log, log[-3000:]
     assert second.stop() == 0
     assert sorted(p.name for p in account_dir.rglob("*.blk")) == blocks
+
+
+async def test_a_data_dir_whose_path_is_not_ascii_starts_and_serves(enclave_stack_factory, tmp_path):
+    """/home/zoë/.enclave: the broker's configuration used to carry the path as \\u escapes,
+    which nats-server's parser refuses."""
+    stack = enclave_stack_factory(home=tmp_path / "zoë" / "données" / ".enclave")
+    creds = make_queue(stack, "orders")
+    async with connect(creds) as queue:
+        await queue.put("é")
+        assert (await queue.get(timeout_s=5)).body == "é"
