@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,19 +31,26 @@ from ..auth.secrets import MasterKey, SealError
 from ..broker.connection import BrokerConnection
 from ..broker.direct import direct_batch, direct_get_subject
 from ..envelope import DEAD_GRACE, ENQUEUED_AT, deadline_of, delay_subjects, last_receive, nak_payload, parse_time
-from ..errors import BrokerUnavailable, Conflict, NotFound, SpecError
+from ..errors import BrokerUnavailable, Conflict, EnclaveError, NotFound, SpecError
 from ..names import CONSUMER, stream_name
 from ..spec import subject_for
 from ..state.kv import Store
-from ..state.records import QueueRecord
+from ..state.records import QueueRecord, SqsLease
 from .expiry import drop_expired
 from .messages import Messages, settle, take, tell_mover
+
+log = logging.getLogger("enclave.sqs")
 
 RECEIPT_PURPOSE = "sqs-receipt"
 #: seconds taken off a lease as the endpoint counts it: the broker's lease began when it delivered
 #: the message, a moment before the endpoint saw it, and must never end before the endpoint's does
 LEASE_MARGIN = 0.25
+MAX_TOTAL_VISIBILITY = 43200  #: seconds a receive may keep a message hidden in all, as in SQS
 MAX_LEASES = 200_000  #: leases remembered; past this, those that ended are forgotten
+
+
+def _lease_key(queue_id: str, seq: int) -> str:
+    return f"{queue_id}.{seq}"
 
 
 class ReceiptInvalid(SpecError):
@@ -139,8 +147,8 @@ class SqsMessages:
         known = self._leases.get((record.id, seq))
         first = now if count == 1 else (known.first_received if known else None)
         self._remember(record.id, seq, Lease(count, until, first))
-        receipt = self.master.seal_handle(json.dumps({"r": msg.reply, "s": seq, "n": count, "u": until}).encode(),
-                                          RECEIPT_PURPOSE, record.id)
+        receipt = self.master.seal_handle(json.dumps({"r": msg.reply, "s": seq, "n": count, "u": until,
+                                                      "t": now}).encode(), RECEIPT_PURPOSE, record.id)
         sent = parse_time(headers.get(ENQUEUED_AT)) or meta.timestamp
         return Received(seq, receipt, msg.data or b"", headers, count, sent, first)
 
@@ -164,9 +172,18 @@ class SqsMessages:
             raise ReceiptInvalid(f"The receipt handle is not one of queue '{record.spec.name}' in project "
                                  f"'{record.spec.project}'.") from None
 
-    def _live_until(self, record: QueueRecord, sealed: dict[str, Any]) -> Optional[float]:
-        """When the handle's lease ends, or None if a later receive has replaced it."""
+    async def _live_until(self, record: QueueRecord, sealed: dict[str, Any]) -> Optional[float]:
+        """When the handle's lease ends, or None if a later receive has replaced it: as this process
+        knows it, else as a visibility change stored it (this process restarted since), else the
+        lease the handle was given."""
         lease = self._leases.get((record.id, sealed["s"]))
+        if lease is None:
+            with contextlib.suppress(EnclaveError):
+                found = await self.store.sqs_leases.get(_lease_key(record.id, sealed["s"]))
+                if found is not None:
+                    stored = found[0]
+                    lease = Lease(stored.receive_count, stored.until, stored.first_received)
+                    self._remember(record.id, sealed["s"], lease)
         if lease is None:
             return float(sealed["u"])
         return lease.until if lease.receive_count == sealed["n"] else None
@@ -175,11 +192,15 @@ class SqsMessages:
         """Hide the message for ``timeout`` seconds from now (0: visible again at once).
         ReceiptInvalid, NotInFlight once its lease is over, MessageGone once it is not stored."""
         sealed = self._open(record, receipt)
-        until = self._live_until(record, sealed)
+        until = await self._live_until(record, sealed)
         now = time.time()
         if until is None or now > until:
             raise NotInFlight(f"The message of this receipt handle is not in flight on queue '{record.spec.name}': "
                               "its visibility timeout has ended (it may have been received again).")
+        if "t" in sealed and now + timeout - float(sealed["t"]) > MAX_TOTAL_VISIBILITY:  # a handle since stop 41
+            raise SpecError(f"Value {timeout} for parameter VisibilityTimeout is invalid. Reason: Total "
+                            f"VisibilityTimeout for the message is beyond the limit [{MAX_TOTAL_VISIBILITY} seconds] "
+                            "(counted from its receive, as in SQS).")
         if not await self._stored(record, sealed["s"]):  # a nak of it would be answered all the same
             raise MessageGone(f"The message of this receipt handle is no longer on queue '{record.spec.name}'.")
         # visible again at once after its last receive: dead now, so the mover is told (messages.py)
@@ -189,8 +210,15 @@ class SqsMessages:
         if dead:
             await tell_mover(self.conn, record, sealed["r"])
         known = self._leases.get((record.id, sealed["s"]))
-        self._remember(record.id, sealed["s"], Lease(sealed["n"], now + timeout - LEASE_MARGIN,
-                                                     known.first_received if known else None))
+        lease = Lease(sealed["n"], now + timeout - LEASE_MARGIN, known.first_received if known else None)
+        self._remember(record.id, sealed["s"], lease)
+        try:  # past a restart of this process too
+            await self.store.sqs_leases.put(_lease_key(record.id, sealed["s"]),
+                                            SqsLease(receive_count=lease.receive_count, until=lease.until,
+                                                     first_received=lease.first_received))
+        except EnclaveError as exc:
+            log.warning("the lease of message %s of queue %s was not stored (%s): it holds until this process "
+                        "stops", sealed["s"], record.key, exc)
 
     async def _stored(self, record: QueueRecord, seq: int) -> bool:
         async with self.conn.account(record.id) as nc:
@@ -202,11 +230,13 @@ class SqsMessages:
         """Delete the message of a receipt handle; whether it was (False: its lease was over, so it
         may be another worker's now, and is left). ReceiptInvalid for a handle not of this queue."""
         sealed = self._open(record, receipt)
-        until = self._live_until(record, sealed)
+        until = await self._live_until(record, sealed)
         if until is None or time.time() > until:
             return False
         await settle(self.conn, record, sealed["r"], b"+ACK", "delete")
-        self._leases.pop((record.id, sealed["s"]), None)
+        if self._leases.pop((record.id, sealed["s"]), None) is not None:
+            with contextlib.suppress(EnclaveError):  # it would lapse by itself
+                await self.store.sqs_leases.delete(_lease_key(record.id, sealed["s"]))
         return True
 
     # -- purge ----------------------------------------------------------------------------------

@@ -74,6 +74,23 @@ def _int(params: dict[str, Any], name: str, low: int, high: int, default: Option
     return number
 
 
+def _no_resource(action: Callable[[dict[str, Any], Caller], Awaitable[dict[str, Any]]]
+                 ) -> Callable[[dict[str, Any], Caller], Awaitable[dict[str, Any]]]:
+    """A move task's action: a source queue that does not exist is ResourceNotFoundException,
+    as SQS answers for these actions (not QueueDoesNotExist)."""
+    async def run(params: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        try:
+            return await action(params, caller)
+        except NotFound as exc:
+            raise SqsError.modelled("ResourceNotFoundException", exc.message) from None
+        except SqsError as exc:
+            if exc.shape != "QueueDoesNotExist":
+                raise
+            raise SqsError.modelled("ResourceNotFoundException", exc.message) from None
+
+    return run
+
+
 def _token(value: str) -> str:
     return base64.urlsafe_b64encode(value.encode()).decode()
 
@@ -104,7 +121,8 @@ class Actions:
             "DeleteMessageBatch": self.delete_message_batch, "ChangeMessageVisibility": self.change_visibility,
             "ChangeMessageVisibilityBatch": self.change_visibility_batch,
             "ListDeadLetterSourceQueues": self.list_dead_letter_sources,
-            "StartMessageMoveTask": self.start_move_task, "ListMessageMoveTasks": self.list_move_tasks,
+            "StartMessageMoveTask": _no_resource(self.start_move_task),
+            "ListMessageMoveTasks": _no_resource(self.list_move_tasks),
             "CancelMessageMoveTask": self.cancel_move_task, "TagQueue": self.tag_queue,
             "UntagQueue": self.untag_queue, "ListQueueTags": self.list_queue_tags,
         }
@@ -362,6 +380,13 @@ class Actions:
             raise
         return {"Messages": [self._message(record, m, system, wanted_attributes) for m in received]}
 
+    def _source_arn(self, record: QueueRecord, message: Received) -> Optional[str]:
+        """A dead letter's source queue's ARN, if the mover wrote it there (its provenance holds:
+        an app may write the same headers on any message it sends)."""
+        vouched = self.service.letters.provenance.vouched(record.id, message.headers, message.data)
+        source, project = vouched.get(envelope.SOURCE_QUEUE), vouched.get(envelope.SOURCE_PROJECT)
+        return attrs.arn(self.region, project, source) if source and project else None
+
     def _message(self, record: QueueRecord, message: Received, system: set[str],
                  wanted_attributes: Optional[list[Any]]) -> dict[str, Any]:
         headers = message.headers
@@ -380,6 +405,8 @@ class Actions:
             "SenderId": headers.get(msgs.SENDER_HEADER),
             "MessageDeduplicationId": _dedupe_id(headers),
             "AWSTraceHeader": headers.get(msgs.TRACE_HEADER),
+            "DeadLetterQueueSourceArn": self._source_arn(record, message) if "DeadLetterQueueSourceArn" in system
+            else None,
         }
         chosen = {k: v for k, v in values.items() if k in system and v is not None}
         if chosen:

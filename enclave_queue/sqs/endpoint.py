@@ -141,6 +141,7 @@ class SqsEndpoint:
             except UnicodeDecodeError:
                 raise SqsError("MalformedQueryString", "The request body is not UTF-8 form data.") from None
             action, params = wire.query_params("&".join(part for part in (raw_query, form) if part))
+        wire.check_shapes(params)
         caller = Caller(key, self._base_url(request), self._path_queue(request))
         result = await context.actions.run(action, params, caller)
         log.debug("SQS %s by %s: ok", action, key.id)

@@ -120,6 +120,9 @@ def from_enclave(exc: EnclaveError) -> SqsError:
     message = exc.message
     if isinstance(exc, NotFound):
         return SqsError.modelled("QueueDoesNotExist", message)
+    if isinstance(exc, SpecError) and message.startswith("dead_letter_queue "):  # Enclave's name for it
+        return invalid_parameter("Value for parameter RedrivePolicy is invalid. Reason: its deadLetterTargetArn "
+                                 + message.removeprefix("dead_letter_queue "))
     if isinstance(exc, (SpecError, MessageTooLarge)):
         return invalid_parameter(message)
     if isinstance(exc, (QueueFull, StorageFull)):  # not to be retried as it is: a 403, as SQS's limits

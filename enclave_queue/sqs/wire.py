@@ -94,6 +94,8 @@ def _convert(node: dict[str, Any]) -> dict[str, Any]:
             entries = out.setdefault(member, {})
             for item in _indexed(value):
                 if isinstance(item, dict) and key_name in item:
+                    if not isinstance(item[key_name], str):  # Attribute.1.Name.x=1
+                        raise _shape_error(f"{key}.{key_name}", "a string")
                     inner = item.get(value_name)
                     entries[item[key_name]] = _convert(inner) if isinstance(inner, dict) else inner
         elif key in LISTS:
@@ -103,6 +105,46 @@ def _convert(node: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+#: the type of each member of SQS's requests (and of a batch entry's), by name: what
+#: ``check_shapes`` holds a request to before any action reads it
+STRINGS = frozenset({"QueueUrl", "QueueName", "QueueNamePrefix", "NextToken", "MessageBody", "MessageDeduplicationId",
+                     "MessageGroupId", "ReceiptHandle", "ReceiveRequestAttemptId", "QueueOwnerAWSAccountId",
+                     "SourceArn", "DestinationArn", "TaskHandle", "Id", "Label"})
+NUMBERS = frozenset({"MaxResults", "DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout", "WaitTimeSeconds",
+                     "MaxNumberOfMessagesPerSecond"})
+STRING_LISTS = frozenset({"AttributeNames", "MessageSystemAttributeNames", "MessageAttributeNames", "TagKeys",
+                          "AWSAccountIds", "Actions"})
+STRING_MAPS = frozenset({"Attributes", "Tags", "tags"})
+VALUE_MAPS = frozenset({"MessageAttributes", "MessageSystemAttributes"})
+ENTRY_LISTS = frozenset({"Entries"})
+
+
+def _shape_error(name: str, rule: str) -> SqsError:
+    return SqsError("InvalidParameterValue", f"Value for parameter {name} is invalid. Reason: must be {rule}.")
+
+
+def check_shapes(params: dict[str, Any], where: str = "") -> None:
+    """InvalidParameterValue naming the member whose value is not of its type (a number where a
+    string goes, ``QueueNamePrefix.1=x`` in a query): an action reads only what fits."""
+    for name, value in params.items():
+        shown = f"{where}{name}"
+        if name in STRINGS and not isinstance(value, str):
+            raise _shape_error(shown, "a string")
+        if name in NUMBERS and (isinstance(value, bool) or not isinstance(value, (int, str))):
+            raise _shape_error(shown, "an integer")
+        if name in STRING_LISTS and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise _shape_error(shown, "a list of strings")
+        if name in STRING_MAPS and not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+            raise _shape_error(shown, "a map of strings to strings")
+        if name in VALUE_MAPS and not (isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())):
+            raise _shape_error(shown, "a map of names to values, each with its DataType")
+        if name in ENTRY_LISTS:
+            if not (isinstance(value, list) and all(isinstance(v, dict) for v in value)):
+                raise _shape_error(shown, "a list of entries")
+            for index, entry in enumerate(value, 1):
+                check_shapes(entry, f"{shown}.{index}.")
 
 
 def query_params(form: str) -> tuple[str, dict[str, Any]]:

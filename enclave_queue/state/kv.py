@@ -10,6 +10,7 @@ enclave-tokens     sha256 of the token      TokenRecord
 enclave-counters   ``<project>.<name>``     QueueCounters (dead-lettered, discarded, nacked)
 enclave-access-keys  access key id          AccessKeyRecord (SQS access keys: sealed secret)
 enclave-sqs        ``<project>.<name>``     SqsQueueRecord (SQS-only attributes, tags)
+enclave-sqs-leases ``<queue id>.<seq>``     SqsLease (a ChangeMessageVisibility's lease; 13 h)
 =================  =======================  ==========================================
 
 Desired state and status are separate buckets so the API and the reconciler never overwrite
@@ -39,6 +40,7 @@ from .records import (
     QueueCounters,
     QueueRecord,
     QueueStatus,
+    SqsLease,
     SqsQueueRecord,
     TokenRecord,
 )
@@ -47,6 +49,8 @@ R = TypeVar("R", bound=BaseModel)
 
 ACCESS_KEYS_BUCKET = "enclave-access-keys"  #: the SQS endpoint's access keys (sqs/keys.py)
 SQS_BUCKET = "enclave-sqs"  #: the SQS endpoint's own attributes and tags of each queue
+SQS_LEASES_BUCKET = "enclave-sqs-leases"  #: leases ChangeMessageVisibility set (queues/sqs.py)
+SQS_LEASE_TTL = 13 * 3600.0  #: seconds an entry lives: past SQS's 12 h limit on a message's visibility
 
 #: seconds a state operation may take before the broker counts as unavailable
 OP_TIMEOUT = 5.0
@@ -184,7 +188,7 @@ class Store:
     def __init__(self, queues: Bucket[QueueRecord], status: Bucket[QueueStatus],
                  accounts: Bucket[AccountRecord], tokens: Bucket[TokenRecord],
                  counters: Bucket[QueueCounters], access_keys: Bucket[AccessKeyRecord],
-                 sqs: Bucket[SqsQueueRecord]) -> None:
+                 sqs: Bucket[SqsQueueRecord], sqs_leases: Bucket[SqsLease]) -> None:
         self.queues = queues
         self.status = status
         self.accounts = accounts
@@ -192,6 +196,7 @@ class Store:
         self.counters = counters
         self.access_keys = access_keys
         self.sqs = sqs
+        self.sqs_leases = sqs_leases
 
     async def count(self, key: str, field: str, by: int = 1, *, once: Optional[str] = None) -> bool:
         """Add ``by`` to one of a queue's counters (compare-and-set, so concurrent adds all land).
@@ -233,6 +238,7 @@ class Store:
                     Bucket(await _bucket(js, COUNTERS_BUCKET, replicas=replicas), QueueCounters),
                     Bucket(await _bucket(js, ACCESS_KEYS_BUCKET, replicas=replicas), AccessKeyRecord),
                     Bucket(await _bucket(js, SQS_BUCKET, replicas=replicas), SqsQueueRecord),
+                    Bucket(await _bucket(js, SQS_LEASES_BUCKET, replicas=replicas, ttl=SQS_LEASE_TTL), SqsLease),
                 )
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError,
                     nats.js.errors.ServerError, nats.js.errors.BadRequestError) as exc:
@@ -245,11 +251,13 @@ class Store:
         raise AssertionError("unreachable")
 
 
-async def _bucket(js: JetStreamContext, name: str, history: int = 1, replicas: int = 1) -> KeyValue:
+async def _bucket(js: JetStreamContext, name: str, history: int = 1, replicas: int = 1,
+                  ttl: Optional[float] = None) -> KeyValue:
     try:
         return await js.key_value(name)
     except nats.js.errors.BucketNotFoundError:
         # direct gets may be answered by any replica, one that has not applied the last write yet:
         # replicated, every read goes to the bucket's leader (a create is then read back at once)
         return await js.create_key_value(api.KeyValueConfig(
-            bucket=name, history=history, storage=api.StorageType.FILE, direct=replicas == 1, replicas=replicas))
+            bucket=name, history=history, storage=api.StorageType.FILE, direct=replicas == 1, replicas=replicas,
+            ttl=ttl))

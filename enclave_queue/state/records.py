@@ -137,6 +137,17 @@ class AccessKeyRecord(BaseModel):
     created_at: datetime = Field(default_factory=now)
 
 
+class SqsLease(BaseModel):
+    """A visibility an SQS ChangeMessageVisibility set: which receive of the message it is for, and
+    when it ends (epoch seconds). Kept so a handle's lease outlives this process (a restart)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    receive_count: int
+    until: float
+    first_received: Optional[float] = None
+
+
 class SqsQueueRecord(BaseModel):
     """What the SQS endpoint keeps of a queue beside its spec: the SQS attributes Enclave has no
     setting for, and its tags. ``queue_id`` is the queue it was written for, so a re-created queue

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 import httpx
+import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from enclave_queue.client import connect
 from tests.helpers import make_queue, publish_as_an_app
+from tests.sqs.conftest import boto_client, create_key
 
 
 def test_a_queue_made_through_sqs_is_an_enclave_queue(sqs, stack, unique_name):
@@ -110,3 +113,116 @@ def test_a_request_body_nested_too_deeply_is_a_serialization_error(access_key, e
     answer = httpx.post(prepared.url, content=body, headers=dict(prepared.headers))
     assert answer.status_code == 400
     assert answer.json()["__type"].endswith("SerializationException")
+
+
+def _raw(access_key, endpoint, action, body: bytes, protocol="json"):
+    """A request signed as an SDK would, its members as given (an SDK checks their types first)."""
+    if protocol == "json":
+        headers = {"X-Amz-Target": f"AmazonSQS.{action}", "Content-Type": "application/x-amz-json-1.0"}
+    else:
+        headers = {"Content-Type": "application/x-www-form-urlencoded"}
+        body = f"Action={action}&Version=2012-11-05&".encode() + body
+    request = AWSRequest(method="POST", url=endpoint, data=body, headers=headers)
+    SigV4Auth(Credentials(access_key["access_key_id"], access_key["secret_access_key"]), "sqs", "us-east-1").add_auth(request)
+    prepared = request.prepare()
+    return httpx.post(prepared.url, content=body, headers=dict(prepared.headers))
+
+
+@pytest.mark.parametrize(("action", "body"), [
+    ("ListQueues", b'{"QueueNamePrefix": 5}'),
+    ("GetQueueAttributes", b'{"QueueUrl": "x", "AttributeNames": 5}'),
+    ("ReceiveMessage", b'{"QueueUrl": "x", "AttributeNames": true}'),
+    ("ReceiveMessage", b'{"QueueUrl": "x", "MessageSystemAttributeNames": 1}'),
+    ("SendMessage", b'{"QueueUrl": "x", "MessageBody": {"a": 1}}'),
+    ("SendMessageBatch", b'{"QueueUrl": "x", "Entries": [{"Id": 1, "MessageBody": "a"}]}'),
+    ("ReceiveMessage", b'{"QueueUrl": "x", "MaxNumberOfMessages": 2.5}'),
+])
+def test_a_member_of_the_wrong_type_is_an_invalid_parameter_naming_it(access_key, endpoint, action, body):
+    answer = _raw(access_key, endpoint, action, body)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["__type"].endswith("InvalidParameterValue")
+    assert "Value for parameter" in answer.json()["message"]
+
+
+@pytest.mark.parametrize(("action", "form"), [
+    ("ListQueues", b"QueueNamePrefix.1=x"),
+    ("SetQueueAttributes", b"QueueUrl=x&Attribute.1.Name.x=1&Attribute.1.Value=2"),
+    ("TagQueue", b"QueueUrl=x&Tag.1.Key.x=a&Tag.1.Value=b"),
+    ("SendMessage", b"QueueUrl=x&MessageBody=a&MessageAttribute.1.Name.a=b"),
+])
+def test_a_query_member_of_the_wrong_shape_is_an_invalid_parameter(access_key, endpoint, action, form):
+    answer = _raw(access_key, endpoint, action, form, protocol="query")
+    assert answer.status_code == 400, answer.text
+    assert "<Code>InvalidParameterValue</Code>" in answer.text
+
+
+def test_a_dead_letter_names_its_source_queue_arn(sqs):
+    dlq = sqs.create_queue(QueueName="arn-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    source = sqs.create_queue(QueueName="arn-source", Attributes={
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "1"})})["QueueUrl"]
+    source_arn = sqs.get_queue_attributes(QueueUrl=source, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sqs.send_message(QueueUrl=source, MessageBody="poison")
+    sqs.send_message(QueueUrl=dlq, MessageBody="sent straight to the DLQ")
+    [taken] = sqs.receive_message(QueueUrl=source, WaitTimeSeconds=5)["Messages"]
+    sqs.change_message_visibility(QueueUrl=source, ReceiptHandle=taken["ReceiptHandle"], VisibilityTimeout=0)
+    found = {}
+    for _ in range(40):
+        for m in sqs.receive_message(QueueUrl=dlq, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                     MessageSystemAttributeNames=["All"]).get("Messages", []):
+            found[m["Body"]] = m.get("Attributes", {}).get("DeadLetterQueueSourceArn")
+            sqs.delete_message(QueueUrl=dlq, ReceiptHandle=m["ReceiptHandle"])
+        if len(found) == 2:
+            break
+    assert found == {"poison": source_arn, "sent straight to the DLQ": None}
+
+
+def test_move_tasks_of_a_missing_queue_are_resource_not_found(sqs):
+    missing = "arn:aws:sqs:us-east-1:default:no-such-queue"
+    with pytest.raises(sqs.exceptions.ResourceNotFoundException):
+        sqs.start_message_move_task(SourceArn=missing)
+    with pytest.raises(sqs.exceptions.ResourceNotFoundException):
+        sqs.list_message_move_tasks(SourceArn=missing)
+
+
+def test_a_redrive_policy_naming_a_missing_queue_says_so_in_sqs_words(sqs):
+    missing = "arn:aws:sqs:us-east-1:default:no-such-dlq"
+    with pytest.raises(sqs.exceptions.ClientError) as caught:
+        sqs.create_queue(QueueName="names-missing-dlq", Attributes={
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": missing, "maxReceiveCount": "3"})})
+    message = caught.value.response["Error"]["Message"]
+    assert message.startswith("Value for parameter RedrivePolicy is invalid. Reason: its deadLetterTargetArn "), message
+
+
+def test_a_visibility_extended_before_a_restart_still_holds_its_handle(enclave_stack_factory, tmp_path):
+    """The usual heartbeat (ChangeMessageVisibility past the receive's timeout), then Enclave
+    restarts: the handle still changes and deletes its message, which is not delivered again."""
+    home = tmp_path / "home"
+    first = enclave_stack_factory(home=home)
+    key = create_key(first)
+    client = boto_client(first.api_url + "/sqs", key["access_key_id"], key["secret_access_key"])
+    url = client.create_queue(QueueName="beats", Attributes={"VisibilityTimeout": "2"})["QueueUrl"]
+    client.send_message(QueueUrl=url, MessageBody="work")
+    [message] = client.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"]
+    handle = message["ReceiptHandle"]
+    client.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=60)
+    assert first.stop() == 0
+
+    second = enclave_stack_factory(home=home)
+    client = boto_client(second.api_url + "/sqs", key["access_key_id"], key["secret_access_key"])
+    url = client.get_queue_url(QueueName="beats")["QueueUrl"]
+    time.sleep(2.5)  # past the receive's own 2 s: only the stored extension keeps the handle live
+    client.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=30)
+    client.delete_message(QueueUrl=url, ReceiptHandle=handle)
+    counts = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("0", "0")
+
+
+def test_a_visibility_past_12_hours_after_the_receive_is_refused(sqs, unique_name):
+    url = sqs.create_queue(QueueName=unique_name)["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="long")
+    [message] = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, VisibilityTimeout=60)["Messages"]
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=43000)
+    with pytest.raises(sqs.exceptions.ClientError, match="Total VisibilityTimeout for the message is beyond the limit"):
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=43200)
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
