@@ -64,6 +64,7 @@ from ..state.queries import QueueIndex
 from ..state.records import TokenRecord
 from ..web.sessions import Sessions
 from .app import create_app
+from .connections import BoundedH11Protocol, raise_file_limit
 from .preflight import DataDirLock, bind, check_ports, check_room, no_room
 
 log = logging.getLogger("enclave")
@@ -133,6 +134,7 @@ class Runtime:
     async def start(self) -> None:
         """Start everything (see the module's docstring). A filesystem that fills up on the way
         gives StorageFull, like one too full to start on."""
+        raise_file_limit()
         try:
             await self._start()
         except OSError as exc:
@@ -383,7 +385,8 @@ class Runtime:
                                 log_level=s.log_level, timeout_graceful_shutdown=5, proxy_headers=False,
                                 # heads up to 1 MiB reach the app, which refuses those over 16 KiB
                                 # with a JSON problem (api/guard.py) instead of h11's plain-text 400
-                                h11_max_incomplete_event_size=HEAD_READ_LIMIT)
+                                h11_max_incomplete_event_size=HEAD_READ_LIMIT,
+                                http=BoundedH11Protocol)  # heads on time, connections bounded
         self._http = _Uvicorn(config)
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]), name="http")
         while not self._http.started:
