@@ -95,7 +95,10 @@ def write_errors(health: dict[str, Any]) -> tuple[str, ...]:
     found = []
     for error in health.get("errors") or ():
         kind, text = str(error.get("type", "")).upper(), str(error.get("error", ""))
-        if (kind == "STREAM" and "write error" in text) or kind == "JETSTREAM":
+        # a cluster node cut off from its peers says so as a JETSTREAM error too: that is no disk's
+        # fault, and freezing every queue for it left puts refused as "disk full" for good
+        meta = any(words in text.lower() for words in ("meta leader", "not current", "no leader", "leaderless"))
+        if (kind == "STREAM" and "write error" in text) or (kind == "JETSTREAM" and not meta):
             found.append(text)
     return tuple(found)
 
@@ -197,6 +200,14 @@ class StorageGuard:
         """Answer frozen accounts' puts, look once (a start on a short disk freezes at once), then keep watch."""
         self._sub = await self.conn.control.subscribe(f"{REFUSED_ROOT}.*.>", cb=self._refuse)
         await self.check()
+        if not self._frozen:
+            # the accounts as the broker holds them may be frozen though this guard never froze them:
+            # on a cluster, by the guard of a node that lost the lease in the middle of a freeze (or
+            # before its thaw). Thawed here, each account whose claims are not as they should be
+            try:
+                await self.set_frozen(False)
+            except Exception as exc:  # the next thaw or freeze pushes them all again
+                log.warning("could not make sure the queue accounts are thawed: %s", exc)
         self._task = keep_running(self._watch, "storage-guard")
 
     async def stop(self) -> None:

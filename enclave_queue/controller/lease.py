@@ -61,6 +61,7 @@ class Lease:
         self._revision = 0
         self._renewed = 0.0
         self._task: Optional[asyncio.Task[None]] = None
+        self._starting: Optional[asyncio.Task[None]] = None  #: the holder's work being started
 
     async def start(self) -> None:
         try:
@@ -70,6 +71,8 @@ class Lease:
                 bucket=LEASE_BUCKET, history=1, ttl=TTL, storage=api.StorageType.FILE, replicas=self.replicas)))
         await self._round()  # a node alone, or back on its own lease, has it before start() returns
         self._task = asyncio.create_task(self._loop(), name="control-lease")
+        if self._starting is not None:  # its work started too (renewed meanwhile: the loop runs)
+            await asyncio.wait({self._starting})
 
     async def stop(self) -> None:
         """Stop taking part; if held, the work stops and the key is deleted (another node takes
@@ -77,9 +80,7 @@ class Lease:
         await stop_tasks([self._task])
         if self.held:
             await self._drop()
-            if self._kv is not None:
-                with contextlib.suppress(*NOT_NOW):
-                    await asyncio.wait_for(self._kv.delete(KEY, last=self._revision), 2)
+            await self._release()
 
     async def _loop(self) -> None:
         while True:
@@ -117,7 +118,24 @@ class Lease:
         self._renewed = time.monotonic()
         self.held = True
         log.info("node %s holds the control-plane lease", self.node)
-        await self._acquired()
+        # the work starts in a task of its own while this loop goes on renewing: a start that
+        # takes longer than the key lives (a cluster whose majority just came back) must not let
+        # it lapse for another node to take while this one starts the same work
+        self._starting = asyncio.create_task(self._start_work(), name="control-work-start")
+
+    async def _start_work(self) -> None:
+        """Start the holder's work; a start that fails gives the lease up (what started is
+        stopped), so the work is tried again, here or on another node, instead of this node
+        holding the lease with its work half started (nothing reconciled, no dead letter moved)."""
+        try:
+            await self._acquired()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("node %s could not start the control plane's work; giving the lease up", self.node)
+            if self.held:
+                await self._drop()
+                await self._release()
 
     async def _take_back(self) -> bool:
         """The key exists: held by this node before it restarted (take it back at once), or by
@@ -137,4 +155,13 @@ class Lease:
 
     async def _drop(self) -> None:
         self.held = False
+        starting, self._starting = self._starting, None
+        if starting is not None and starting is not asyncio.current_task() and not starting.done():
+            await stop_tasks([starting])  # the lease went while the work was starting: stopped below
         await self._lost()
+
+    async def _release(self) -> None:
+        """Delete the key (held by this node until now): another node may take it at once."""
+        if self._kv is not None:
+            with contextlib.suppress(*NOT_NOW):
+                await asyncio.wait_for(self._kv.delete(KEY, last=self._revision), 2)

@@ -31,6 +31,7 @@ import socket
 import time
 from typing import Any, Optional
 
+import nats.errors
 import uvicorn
 
 from ..api.guard import HEAD_READ_LIMIT
@@ -268,7 +269,10 @@ class Runtime:
         assert self.accounts is not None and self.storage is not None
         self.leading = True
         if self.settings.clustered:
-            await self.accounts.clean_up()
+            try:  # housekeeping: it must not keep the work below from starting
+                await self.accounts.clean_up()
+            except (EnclaveError, nats.errors.Error, TimeoutError) as exc:
+                log.warning("the clean-up of unclaimed accounts failed (%s); the next start tries again", exc)
             await self.storage.start()
         await self.error_notes.start()
         await self.mover.start()
@@ -286,6 +290,9 @@ class Runtime:
         self.leading = False
         if self.accounts is not None:
             await self.accounts.stop_graces()
+            # a freeze is the lease holder's to keep: pushed from here later (a create answered on
+            # this node), frozen claims would freeze accounts the new holder's guard thawed
+            self.accounts.frozen = False
         # the storage guard early: no freeze or restart of the broker from here on; the nak
         # counter last, storing its last counts
         await stop_each(self.deadlines, self.storage, self.sampler, self.reconciler, self.mover, self.error_notes,

@@ -28,6 +28,7 @@ from enclave_queue.broker.config import control_reserve
 from enclave_queue.broker.storage import START_ROOM, free_bytes
 from enclave_queue.client import connect
 from enclave_queue.errors import BrokerUnavailable, StorageFull
+from enclave_queue.spec import QueueSpec
 from enclave_queue.testing import EnclaveStack
 from tests.helpers import eventually, make_queue
 
@@ -304,3 +305,25 @@ async def test_a_store_overcommitted_past_a_small_disk_takes_puts_again_once_the
 async def _bodies(creds) -> list[str]:
     async with connect(creds) as queue:
         return [m.body for m in await queue.receive(batch=10, wait=1)]
+
+
+async def test_a_guard_that_starts_thaws_accounts_another_guard_left_frozen(runtime):
+    """On a cluster the lease can move in the middle of a freeze: the accounts stay frozen on the
+    broker while the new holder's guard has never frozen anything. A guard that starts thaws
+    them (every put was refused as "disk full" until a restart)."""
+    await runtime.service.create(QueueSpec(name="thawed"))
+
+    async def ready():
+        return (await runtime.service.status("default", "thawed"))["state"] == "Ready"
+
+    await eventually(ready, timeout=20)
+    creds = await runtime.service.credentials("default", "thawed")
+    async with connect(creds) as queue:
+        await queue.put("before")
+        await runtime.storage.stop()
+        await runtime.accounts.set_frozen(True)  # what the node that lost the lease left behind
+        with pytest.raises((StorageFull, BrokerUnavailable)):  # the refusals are the guard's to answer
+            await queue.put("frozen", timeout=2)
+        await runtime.storage.start()
+        await queue.put("after", timeout=10)
+        assert await queue.len() == 2

@@ -92,6 +92,10 @@ FULL_DISK_HEALTHZ = {"status": "error", "status_code": 503, "errors": [
 def test_healthz_write_errors_and_disabled_jetstream_are_store_faults_and_nothing_else_is():
     assert write_errors({"status": "ok", "status_code": 200}) == ()
     assert write_errors(FULL_DISK_HEALTHZ) == (FULL_DISK_HEALTHZ["errors"][0]["error"], "JetStream not enabled")
+    # a cluster node in a minority: not its disk's fault (all puts were refused as "disk full")
+    for text in ("JetStream is not current with the meta leader", "JetStream has not established contact with a "
+                 "meta leader"):
+        assert write_errors({"status": "unavailable", "errors": [{"type": "JETSTREAM", "error": text}]}) == ()
 
 
 def test_store_health_says_why_puts_are_refused():
