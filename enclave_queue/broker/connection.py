@@ -39,6 +39,7 @@ from .pool import AccountConnections
 log = logging.getLogger("enclave.broker")
 
 REQUEST_TIMEOUT = 10.0  #: seconds for a reload or stats request
+GATHER_WAIT = 0.25  #: seconds a cluster's other servers are given to answer a JSZ after the first
 DRAIN_TIMEOUT = 3.0  #: seconds a connection may take to drain when the control process stops
 #: seconds beyond DRAIN_TIMEOUT for the flush and close that end a drain (nats-py times the drain of
 #: the subscriptions itself; cancelling it from outside instead leaves its gathered drains'
@@ -204,6 +205,35 @@ class QueueJetStream:
         return call
 
 
+def _server_name(answer: dict[str, Any]) -> str:
+    return str((answer.get("server") or {}).get("name") or "")
+
+
+def leaders_view(details: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One account's JSZ detail from every server of a cluster that answered, (server name, detail)
+    each, as the leaders see it: each stream as its leader reports it, each consumer as its own
+    leader does (a follower's counts lag: a queue of 5 waiting showed 0 waiting, 5 delayed).
+    Where no leader answered, the first answer's."""
+    if len(details) == 1:
+        return details[0][1]
+    streams: dict[str, dict[str, Any]] = {}
+    consumers: dict[str, dict[str, dict[str, Any]]] = {}
+    for server, detail in details:
+        for stream in detail.get("stream_detail") or []:
+            name = stream.get("name", "")
+            if name not in streams or server == (stream.get("cluster") or {}).get("leader"):
+                streams[name] = stream
+            mine = consumers.setdefault(name, {})
+            for consumer in stream.get("consumer_detail") or []:
+                key = consumer.get("name", "")
+                if key not in mine or server == (consumer.get("cluster") or {}).get("leader"):
+                    mine[key] = consumer
+    merged = dict(details[0][1])
+    merged["stream_detail"] = [{**stream, "consumer_detail": list(consumers[name].values())}
+                               for name, stream in streams.items()]
+    return merged
+
+
 class BrokerConnection:
     def __init__(self, system: Client, control: Client, callout: Client, pool: AccountConnections) -> None:
         self.system = system
@@ -211,6 +241,8 @@ class BrokerConnection:
         self.callout = callout
         self.pool = pool
         self.js = control.jetstream(timeout=5)
+        #: the nodes of the cluster (1: alone): how many answers a JSZ waits for (system_gather)
+        self.nodes = 1
         #: the control process is stopping: long polls (broker/pull.py) end at their next round,
         #: answered, before the HTTP server's grace for requests under way runs out
         self.closing = False
@@ -252,10 +284,40 @@ class BrokerConnection:
         it (``$SYS.REQ.ACCOUNT.<account>.JSZ``), with their configs (a consumer's ``ack_wait`` and
         ``backoff`` say how long its leases last): no connection into the account needed."""
         subject = f"$SYS.REQ.ACCOUNT.{self.account_key(queue_id)}.JSZ"
-        answer = await self._system_request(subject, b'{"streams": true, "consumer": true, "config": true}')
-        if answer.get("error"):
-            raise BrokerUnavailable(f"The broker did not report queue account {queue_id}: {answer['error']}")
-        return answer.get("data") or {}
+        answers = await self.system_gather(subject, b'{"streams": true, "consumer": true, "config": true}')
+        if answers[0].get("error"):
+            raise BrokerUnavailable(f"The broker did not report queue account {queue_id}: {answers[0]['error']}")
+        return leaders_view([(_server_name(a), a.get("data") or {}) for a in answers if not a.get("error")])
+
+    async def system_gather(self, subject: str, body: bytes, timeout: float = REQUEST_TIMEOUT) -> list[dict[str, Any]]:
+        """A system request every server of a cluster answers (JSZ): each answer, as many as there
+        are ``nodes`` or those that came within GATHER_WAIT of the first. On one node, its answer."""
+        if self.nodes <= 1:
+            return [await self._system_request(subject, body, timeout)]
+        answers: list[dict[str, Any]] = []
+        first, enough = asyncio.Event(), asyncio.Event()
+
+        async def collect(msg: Any) -> None:
+            with contextlib.suppress(ValueError):
+                answers.append(json.loads(msg.data))
+            first.set()
+            if len(answers) >= self.nodes:
+                enough.set()
+
+        inbox = self.system.new_inbox()
+        sub = await self.system.subscribe(inbox, cb=collect)
+        try:
+            await self.system.publish(subject, body, reply=inbox)
+            try:
+                await asyncio.wait_for(first.wait(), timeout)
+            except TimeoutError:
+                raise BrokerUnavailable(f"The broker did not answer {subject}.") from None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(enough.wait(), GATHER_WAIT)
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+        return list(answers)
 
     async def push_account(self, token: str) -> None:
         """Give the broker an account's claims (a JWT signed by the operator): created or changed at

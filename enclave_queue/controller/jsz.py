@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from ..broker.connection import REQUEST_TIMEOUT, BrokerConnection
+from ..broker.connection import REQUEST_TIMEOUT, BrokerConnection, leaders_view
 from ..errors import BrokerUnavailable
 from ..names import stream_name
 
@@ -31,23 +31,27 @@ class Snapshot:
     @classmethod
     async def read(cls, conn: BrokerConnection) -> Snapshot:
         """Every account's detail, PAGE at a time; BrokerUnavailable if the broker does not answer."""
-        accounts: dict[str, dict[str, Any]] = {}
+        # on a cluster every server answers with its own view, in its own order: each account as
+        # its leaders see it, from every page of every server
+        views: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         offset = 0
         while True:
             body = json.dumps({**QUERY, "offset": offset, "limit": PAGE}).encode()
             try:
-                reply = await conn.system.request("$SYS.REQ.SERVER.PING.JSZ", body, timeout=REQUEST_TIMEOUT)
+                answers = await conn.system_gather("$SYS.REQ.SERVER.PING.JSZ", body, timeout=REQUEST_TIMEOUT)
             except Exception as exc:
                 raise BrokerUnavailable(f"The broker did not answer JSZ: {exc!r}") from exc
-            answer = json.loads(reply.data)
-            if answer.get("error"):
-                raise BrokerUnavailable(f"The broker refused JSZ: {answer['error']}")
-            page = (answer.get("data") or {}).get("account_details") or []
-            known = len(accounts)
-            for account in page:  # "id" is the account's public key ("name" its JWT's name)
-                accounts[account.get("id") or account.get("name")] = account
-            if len(page) < PAGE or len(accounts) == known:  # the last page, or a server ignoring offset
-                return cls(conn, accounts)
+            if answers[0].get("error"):
+                raise BrokerUnavailable(f"The broker refused JSZ: {answers[0]['error']}")
+            longest, known = 0, len(views)
+            for answer in answers:
+                page = (answer.get("data") or {}).get("account_details") or []
+                longest = max(longest, len(page))
+                server = str((answer.get("server") or {}).get("name") or "")
+                for account in page:  # "id" is the account's public key ("name" its JWT's name)
+                    views.setdefault(account.get("id") or account.get("name"), []).append((server, account))
+            if longest < PAGE or len(views) == known:  # the last page, or a server ignoring offset
+                return cls(conn, {key: leaders_view(seen) for key, seen in views.items()})
             offset += PAGE
 
     def stream(self, queue_id: str) -> Optional[dict[str, Any]]:

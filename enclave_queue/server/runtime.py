@@ -226,6 +226,7 @@ class Runtime:
             f"nats://127.0.0.1:{port}" if s.broker_host in ("0.0.0.0", "") else self.supervisor.url,
             self.accounts.keys,
         )
+        self.conn.nodes = s.nodes  # a JSZ waits for each node's answer (the leaders' counts)
         self.liveness = Liveness(self.conn.control)
         await self.liveness.start()
         # a cluster's first start waits for its peers (placement of the replicated buckets)

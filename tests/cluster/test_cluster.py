@@ -55,6 +55,16 @@ async def test_a_queue_made_on_one_node_is_used_through_the_others(cluster):
     assert sorted(via_b["broker_urls"]) == sorted(node.broker_url for node in (a, b, c))
     async with connect(only(via_b)) as queue:
         ids = [await queue.send({"n": n}) for n in range(5)]
+
+    def depths():  # each node's API: the counts of the stream's and the consumer's leaders
+        seen = []
+        for node in (a, b, c):
+            with node.admin() as admin:
+                stats = admin.stats("default", "orders")
+                seen.append((stats["waiting"], stats["delayed"], stats["in_flight"]))
+        return seen
+
+    assert await eventually(lambda: depths() == [(5, 0, 0)] * 3, timeout=10), depths()
     async with connect(only(via_c)) as queue:
         got = await queue.receive(batch=10, wait=5)
         assert sorted(m.id for m in got) == sorted(ids)
