@@ -45,7 +45,7 @@ from ..errors import (
 )
 from .grouping import MIN_GROUP
 from .pipe import Pipe
-from .sending import PutUnderWay, Sending, check_timeout
+from .sending import NO_STREAM, PutUnderWay, Sending, check_timeout
 from .session import DEFAULT_TIMEOUT, RESEND_AFTER, Backoff, Session, unavailable
 from .settings import Settings
 
@@ -280,8 +280,7 @@ class Batching:
                 if loop.time() + pause >= sending.deadline:
                     if sending.unanswered:
                         raise sending.unconfirmed(f"the batch of {last} (all of it or none)", keyed=False)
-                    raise BrokerUnavailable(f"No stream stores subject '{self._session.subject}'; the queue may not exist "
-                                            "any more. Nothing was put.")
+                    raise BrokerUnavailable(NO_STREAM.format(subject=self._session.subject))
                 await asyncio.sleep(pause)
         finally:
             self._session.stop_waiting(token, broken)

@@ -59,6 +59,11 @@ def check_timeout(timeout: Any) -> float:
     return float(timeout)
 
 
+#: a put that no stream took ("no responders" to the end): nothing was stored
+NO_STREAM = ("No stream answered for subject '{subject}', so nothing was stored: the queue may not exist any "
+              "more, or the broker cannot store it now (JetStream starting, or a cluster without a majority of "
+              "its nodes); try again.")
+
 DEDUPE_MARGIN = 0.5  #: seconds before its first copy leaves the dedupe window that a put is no longer sent again
 
 
@@ -122,7 +127,7 @@ class Sending:
     def _answer(self, reply: Msg) -> dict[str, Any]:
         """The broker's answer to a publish as it is (a PubAck, or its refusal)."""
         if unavailable(reply):
-            raise BrokerUnavailable(f"No stream stores subject '{self._session.subject}'; the queue may not exist any more.")
+            raise BrokerUnavailable(NO_STREAM.format(subject=self._session.subject))
         return json.loads(reply.data)
 
     def stored(self, ack: dict[str, Any]) -> tuple[int, bool]:
@@ -244,8 +249,7 @@ class Sending:
                 if loop.time() + pause >= sending.deadline:
                     if sending.unanswered:
                         raise sending.unconfirmed()
-                    raise BrokerUnavailable(f"No stream stores subject '{self._session.subject}'; "
-                                            "the queue may not exist any more.")
+                    raise BrokerUnavailable(NO_STREAM.format(subject=self._session.subject))
                 await asyncio.sleep(pause)
         finally:
             self._session.waiting.pop(token, None)

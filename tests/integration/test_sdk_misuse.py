@@ -7,9 +7,10 @@ import math
 import pytest
 
 from enclave_queue.client import Credentials, connect, connect_sync
-from enclave_queue.errors import NotFound, SpecError
+from enclave_queue.errors import BrokerUnavailable, NotFound, SpecError
+from enclave_queue.names import stream_name
 from tests.cli.test_cli import run
-from tests.helpers import make_queue
+from tests.helpers import make_queue, queue_account_connection
 
 
 async def test_bodies_json_cannot_carry_are_refused_and_nothing_is_stored(stack, unique_name):
@@ -133,3 +134,16 @@ def test_env_credentials_keep_every_node(stack, unique_name):
     two = {**env, "ENCLAVE_QUEUE_BROKER_URLS": "nats://127.0.0.1:1,nats://127.0.0.1:2"}
     assert Credentials.from_env(two).servers == ["nats://127.0.0.1:1", "nats://127.0.0.1:2"]
     assert Credentials.from_env(env).servers == [env["ENCLAVE_QUEUE_BROKER_URLS"]]
+
+
+async def test_a_put_no_stream_takes_says_nothing_was_stored(stack, unique_name):
+    """No stream answers (deleted behind the controller's back here; a cluster without a majority
+    alike): the put's error says nothing was stored and why that may be, not only that the queue
+    may be gone."""
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        await queue.put("first")
+        async with queue_account_connection(stack, creds["stream"].lower()) as nc:
+            await nc.jetstream().delete_stream(stream_name(creds["stream"].lower()))
+        with pytest.raises(BrokerUnavailable, match=r"No stream answered for subject .*, so nothing was stored"):
+            await queue.put("lost?", timeout=1)
