@@ -21,6 +21,7 @@ Both answers are JSON problems (problems.py).
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
@@ -28,6 +29,7 @@ from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import EnclaveError
+from ..spec import shown
 from . import problems
 from .auth import CALLER, authenticate
 
@@ -102,6 +104,28 @@ def _hardened(scope: Scope, send: Send) -> Send:
     return hardened_send
 
 
+def _not_json(scope: Scope) -> Optional[str]:
+    """Why an API request's body cannot be read as JSON, if it cannot: sent without
+    ``Content-Type: application/json`` (``curl -d`` sends a form's type, and the body was then
+    refused as "not a valid dictionary", quoting a dictionary), or compressed (``Content-Encoding``
+    was ignored: a gzipped body was "not UTF-8"). None for one that can, or no body at all."""
+    if not scope["path"].startswith("/v1/") or scope["method"] not in ("POST", "PUT", "PATCH"):
+        return None
+    headers = {key.lower(): value for key, value in scope["headers"]}
+    chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
+    if not chunked and headers.get(b"content-length", b"0").strip() in (b"", b"0"):
+        return None
+    encoding = headers.get(b"content-encoding", b"identity").strip().lower()
+    if encoding not in (b"", b"identity"):
+        return (f"Content-Encoding {shown(encoding.decode('latin-1'))} is not accepted: send the JSON body as it is "
+                "(Content-Encoding: identity, or none).")
+    media = headers.get(b"content-type", b"").split(b";")[0].strip().lower().decode("latin-1")
+    if media != "application/json" and not media.endswith("+json"):
+        return ("The request body must be JSON, sent with Content-Type: application/json "
+                f"(got {shown(media) if media else 'no Content-Type'}).")
+    return None
+
+
 class RequestGuard:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -123,6 +147,10 @@ class RequestGuard:
             except EnclaveError as exc:
                 await problems.from_error(exc)(scope, receive, send)
                 return
+        refusal = _not_json(scope)
+        if refusal is not None:
+            await problems.problem(415, "Unsupported media type", refusal)(scope, receive, send)
+            return
         own = own_body_limit(scope)
         limit = body_limit(scope["method"], scope["path"]) if own is None else own
         declared = _declared_length(scope)

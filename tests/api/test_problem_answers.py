@@ -53,6 +53,27 @@ def test_a_body_that_cannot_be_parsed_is_a_422_problem_naming_body(http, unique_
             assert body["detail"] == f"body {message}."
 
 
+@pytest.mark.parametrize(("headers", "detail"), [
+    ({"Content-Type": "application/x-www-form-urlencoded"},  # what curl -d sends
+     "The request body must be JSON, sent with Content-Type: application/json (got "
+     "'application/x-www-form-urlencoded')."),
+    ({}, "The request body must be JSON, sent with Content-Type: application/json (got no Content-Type)."),
+    ({"Content-Type": "text/plain"}, "The request body must be JSON, sent with Content-Type: application/json "
+                                     "(got 'text/plain')."),
+    ({"Content-Type": "application/json", "Content-Encoding": "gzip"},
+     "Content-Encoding 'gzip' is not accepted: send the JSON body as it is (Content-Encoding: identity, or none)."),
+])
+def test_a_body_that_is_not_json_as_sent_is_a_415_naming_the_header(http, unique_name, headers, detail):
+    for method, path in (("POST", QUEUES), ("POST", f"{QUEUES}/{unique_name}/messages"),
+                         ("PATCH", f"{QUEUES}/{unique_name}")):
+        response = http.request(method, path, content=b'{"name": "%s"}' % unique_name.encode(), headers=headers)
+        assert problem(response, 415, "Unsupported media type")["detail"] == detail
+    assert http.get(f"{QUEUES}/{unique_name}").status_code == 404  # nothing was made
+    made = http.post(QUEUES, content=b'{"name": "%s"}' % unique_name.encode(),
+                     headers={"Content-Type": "application/json; charset=utf-8"})
+    assert made.status_code == 201, made.text
+
+
 def test_a_body_over_the_limit_and_a_missing_token_are_problems(stack, http):
     problem(http.post(QUEUES, content=b" " * (1024 * 1024 + 1), headers={"Content-Type": "application/json"}), 413,
             "Request too large")
