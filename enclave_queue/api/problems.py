@@ -133,7 +133,7 @@ def install(app: FastAPI, error_page: Optional[ErrorPage] = None) -> None:
         return from_error(error)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         headers = dict(exc.headers or {})
         if exc.status_code == 400 and detail == PARSE_FAILURE:
@@ -144,6 +144,10 @@ def install(app: FastAPI, error_page: Optional[ErrorPage] = None) -> None:
             headers["Allow"] = allowed_methods(request) or headers.get("Allow", "")
             detail = f"{request.url.path} does not take {request.method}; it takes {headers['Allow']}."
         title = getattr(exc, "title", None) or {404: "Not found", 405: "Method Not Allowed"}.get(exc.status_code, detail)
+        if error_page is not None and wants_page(request):  # a page a browser asked for: the console's
+            page = error_page(request, title, detail, exc.status_code)
+            page.headers.update(headers)
+            return page
         return problem(exc.status_code, title, detail, headers=headers or None)
 
     async def broker_error(request: Request, exc: Exception) -> JSONResponse:

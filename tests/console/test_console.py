@@ -475,3 +475,17 @@ def test_the_session_cookie_works_only_with_its_csrf_header(console: Page, stack
 def test_sign_in_only_goes_to_pages_of_this_site(page: Page, stack):
     sign_in(page, stack, next_path="//evil.example/")
     assert page.url.startswith(stack.api_url + "/")
+
+
+def test_a_peek_the_api_refuses_says_why(console: Page, stack, unique_name):
+    """The queue deleted since its page was drawn: Peek shows the API's reason (it showed nothing,
+    the error left to the browser's console)."""
+    make_queue(stack, unique_name)
+    console.goto(queue_url(stack, unique_name, "messages"))
+    with stack.admin() as admin:
+        admin.delete_queue("default", unique_name)
+        admin.wait_deleted("default", unique_name, timeout=20)
+    console.get_by_role("button", name="Peek").click()
+    expect(console.locator("[data-peek-problem]")).to_contain_text(f"Queue '{unique_name}' does not exist")
+    expect(console.locator("[data-peek]")).to_be_hidden()
+    expect(console.get_by_role("button", name="Peek")).to_be_enabled()

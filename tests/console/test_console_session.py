@@ -168,3 +168,17 @@ def test_sign_in_is_limited_per_client_address(proxied):
     neighbour = {"X-Forwarded-For": "203.0.113.8"}
     assert sign_in(proxied, "enq_guess", neighbour).status_code == 401
     assert sign_in(proxied, proxied.token, neighbour).status_code == 303
+
+
+def test_a_browser_asking_for_a_page_that_is_not_there_gets_the_console_s_page(stack):
+    """Not the API's JSON problem (it was, for paths no route matches and methods a page does not take)."""
+    for method, path, status in [("GET", "/projects/default/nope", 404), ("GET", "/sign-in/", 404),
+                                 ("GET", "/projects/default/queues/", 404), ("PUT", "/sign-in", 405)]:
+        page = httpx.request(method, stack.api_url + path, headers={"Accept": "text/html"})
+        assert page.status_code == status, (path, page.text[:200])
+        assert page.headers["content-type"].startswith("text/html"), (path, page.headers["content-type"])
+        assert "<html" in page.text.lower()
+        if status == 405:
+            assert "GET" in page.headers["allow"]
+    api = httpx.get(stack.api_url + "/projects/default/nope")  # no browser: the problem, as before
+    assert api.headers["content-type"] == "application/problem+json"

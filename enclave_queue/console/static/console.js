@@ -370,11 +370,23 @@ function messagesTab(section) {
     event.preventDefault();
     const table = section.querySelector("[data-peek]");
     const empty = section.querySelector("[data-peek-empty]");
-    const { messages } = await api("GET", `${base}?limit=10`);
-    table.tBodies[0].replaceChildren(...messages.map((m) => el("tr", {},
-      el("td", {}, m.sequence), el("td", {}, when(m.sent_at)), el("td", {}, el("pre", {}, bodyText(m))))));
-    table.hidden = messages.length === 0;
-    empty.hidden = messages.length !== 0;
+    const problemText = section.querySelector("[data-peek-problem]");
+    problemText.hidden = true;
+    busy(peekForm, true);
+    try {
+      const { messages } = await api("GET", `${base}?limit=10`);
+      table.tBodies[0].replaceChildren(...messages.map((m) => el("tr", {},
+        el("td", {}, m.sequence), el("td", {}, when(m.sent_at)), el("td", {}, el("pre", {}, bodyText(m))))));
+      table.hidden = messages.length === 0;
+      empty.hidden = messages.length !== 0;
+    } catch (problem) {  // the queue deleted since the page was drawn, the broker away: say so
+      table.hidden = true;
+      empty.hidden = true;
+      problemText.textContent = problem.message;
+      problemText.hidden = false;
+    } finally {
+      busy(peekForm, false);
+    }
   });
 }
 
