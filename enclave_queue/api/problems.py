@@ -10,6 +10,7 @@ a page a browser asked for is rendered by the ``error_page`` the app was given (
 from __future__ import annotations
 
 import logging
+import sys
 import typing
 from collections.abc import Callable
 from typing import Any, Optional
@@ -110,6 +111,8 @@ def _parse_failure(exc: StarletteHTTPException) -> SpecError:
         message = "is not valid JSON here (it is nested too deeply)"
     elif isinstance(cause, RepeatedKey):
         message = f"is not valid JSON here ({cause})"
+    elif isinstance(cause, ValueError) and "digits" in str(cause):  # Python's int() limit
+        message = f"is not taken here: a number in it has more than {sys.get_int_max_str_digits()} digits"
     else:
         message = "is not valid JSON"
     return field_error("body", message)

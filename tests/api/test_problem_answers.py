@@ -42,7 +42,8 @@ def test_an_unknown_route_is_a_404_problem(http):
     (b'{"name": "\xff\xfe"}', "is not valid JSON (it is not UTF-8 text)"),
     (b"[" * 100_000 + b"]" * 100_000, "is not valid JSON here (it is nested too deeply)"),
     (b'{"name": ', None),  # malformed: FastAPI's own JSON error, a 422 naming body as before
-], ids=["not-utf-8", "deeply-nested", "malformed"])
+    (b'{"name": ' + b"1" * 5000 + b"}", "is not taken here: a number in it has more than 4300 digits"),
+], ids=["not-utf-8", "deeply-nested", "malformed", "long-number"])
 def test_a_body_that_cannot_be_parsed_is_a_422_problem_naming_body(http, unique_name, content, message):
     for path in (QUEUES, f"{QUEUES}/{unique_name}/messages"):
         response = http.post(path, content=content, headers={"Content-Type": "application/json"})
