@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -30,11 +31,13 @@ from typing import Any, Optional
 from nats.aio.msg import Msg
 
 from .. import envelope
-from ..errors import Conflict, EnclaveError, out_of_range
+from ..errors import BrokerUnavailable, Conflict, EnclaveError, out_of_range
 from ..spec import scheduled_delay
 from . import acks
 from .session import DEFAULT_TIMEOUT, Session
 from .settings import Settings
+
+log = logging.getLogger("enclave_queue.client")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,16 @@ class PeekedMessage:
             headers=_header_block(base64.b64decode(message.get("hdrs") or "")),
             enqueued_at=envelope.parse_time(message["time"]) or datetime.now(UTC),
         )
+
+
+async def _note(session: Session, message_id: int, error: str) -> None:
+    """Store why an attempt failed, if the broker takes it in time: a note not stored does not keep
+    the message from being handed back (its next receive shows no last_error)."""
+    try:
+        await session.note_error(message_id, error)
+    except BrokerUnavailable as exc:
+        log.warning("the error note of message %s was not stored (%s); it is handed back without it",
+                    message_id, exc)
 
 
 def _check_error(error: Any) -> None:
@@ -236,7 +249,7 @@ class Message:
         _check_error(error)
         self._check_lease("nacked")
         if error:
-            await self._session.note_error(self.id, error)
+            await _note(self._session, self.id, error)
         payload = await self._hand_back_nak(delay_s)
         self._settle()
         # the mover is told as soon as the nak is on its way: on the last receive the message
@@ -340,7 +353,11 @@ async def received(session: Session, settings: Settings, msgs: list[Msg], lease_
             await message.reject("received more often than max_receives allows (with releases)")
     tried = [m for m in kept if m.attempts > 1]
     if tried:
-        notes = await session.desk("notes", {"ids": sorted({m.id for m in tried})})
+        try:
+            notes = await session.desk("notes", {"ids": sorted({m.id for m in tried})})
+        except BrokerUnavailable as exc:  # the notes are not worth the receive: last_error unknown
+            log.warning("the last errors of %d message(s) were not read (%s)", len(tried), exc)
+            notes = {}
         for message in tried:
             message.last_error = notes.get(str(message.id))
     if lease_s is not None:

@@ -47,6 +47,11 @@ def check_headers(headers: Any) -> dict[str, str]:
     for name, value in headers.items():
         if not (isinstance(name, str) and HEADER_NAME.fullmatch(name)):
             raise out_of_range("headers", HEADERS_RULE, f"the name {name!r}")
+        if name.lower().startswith("nats-") and name.lower() != "nats-msg-id":
+            # the broker acts on these: Nats-Rollup deletes every message of the queue (a queue that
+            # had a delayed message allows roll-ups: nats-server turns them on with schedules)
+            raise out_of_range("headers", f"{HEADERS_RULE}, none of the broker's own but Nats-Msg-Id",
+                               f"the name {name!r}")
         if not (isinstance(value, str) and value.isprintable()):
             raise out_of_range("headers", HEADERS_RULE, f"{value!r} for {name!r}")
     return headers

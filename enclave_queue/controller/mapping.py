@@ -75,6 +75,9 @@ def stream_config(queue_id: str, spec: QueueSpec, *, schedules: bool = False) ->
         allow_direct=True,
         allow_atomic=True,  # put_many: atomic batch publish (nats-server 2.12+); an older stream gets it as drift
         allow_msg_schedules=schedules and not spec.max_messages,  # put(delay_s=): one-shot schedules (2.12+)
+        # nats-server turns roll-ups on with schedules (and refuses to turn them off): desired so,
+        # not drift (a resync "repaired" it every time, and the broker put it back)
+        allow_rollup_hdrs=schedules and not spec.max_messages,
         duplicate_window=float(spec.dedupe_window_seconds),
         num_replicas=spec.replicas,  # its consumers follow it
     )

@@ -61,7 +61,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Optional
@@ -91,7 +91,7 @@ from ..envelope import (
     one_line,
     parse_time,
 )
-from ..errors import Conflict, EnclaveError
+from ..errors import BrokerUnavailable, Conflict, EnclaveError
 from ..names import (
     ADVISORY_STREAM,
     LANES,
@@ -111,6 +111,7 @@ from ..state.records import QueueCounters, QueueRecord
 from .errornotes import last_errors
 
 log = logging.getLogger("enclave.deadletters")
+NOTES_WAIT = 3.0  #: seconds a move waits for its messages' last errors before it goes without them
 
 #: the advisories the stream keeps: every queue account sends all its consumer's advisories
 #: (broker/config.py), but only a message out of receives needs one kept while this process is down
@@ -431,7 +432,7 @@ class Mover:
                 found, dlq, notes = await asyncio.gather(
                     _read(nc, stream_name(record.id), sorted(by_seq)) if read is None else _given(read),
                     self.index.dead_letter_queue_of(record),
-                    last_errors(self.conn.control, record.id, by_seq))
+                    self._notes(record, by_seq))
             else:
                 found = read if read is not None else await _read(nc, stream_name(record.id), sorted(by_seq))
                 dlq, notes = None, {}
@@ -444,13 +445,23 @@ class Mover:
                 copied.noted = list(ids.values())  # dropped unread
                 return copied
             if copies := [i for seq, i in ids.items() if i != seq]:
-                notes.update(await last_errors(self.conn.control, record.id, copies))
+                notes.update(await self._notes(record, copies))
             failed = await self._copy(record, dlq, letters, by_seq, ids, notes)
             if FAULT == "exit-after-dlq-publish":
                 os._exit(70)
             copied.outcomes.update(failed)
             copied.noted = [i for seq, i in ids.items() if i in notes and seq not in failed]
         return copied
+
+    async def _notes(self, record: QueueRecord, message_ids: Iterable[int]) -> dict[int, str]:
+        """The last errors of these messages, if the errors stream answers: one that does not (one
+        app flooding it with notes stalled it for a minute) does not hold up the move, whose letters
+        then carry no last error; their notes are left where they are."""
+        try:
+            return await asyncio.wait_for(last_errors(self.conn.control, record.id, message_ids), NOTES_WAIT)
+        except (BrokerUnavailable, TimeoutError) as exc:
+            log.warning("dead letters of queue %s moved without their last errors: %s", record.key, exc)
+            return {}
 
     async def _finish(self, copied: _Copied) -> dict[int, Outcome]:
         """The second half of a move: count what was copied (or is discarded), delete it from the

@@ -10,8 +10,11 @@ import json
 import nats.errors
 import pytest
 
+from enclave_queue.client import connect
+from enclave_queue.errors import SpecError
 from enclave_queue.names import stream_name
 from enclave_queue.retry import retry_unavailable
+from enclave_queue.spec import QueueSpec
 from tests.helpers import app_connection, eventually, make_queue, queue_account_connection, stream_config
 
 
@@ -118,3 +121,27 @@ async def test_a_sealed_stream_is_reported_as_drift_that_cannot_be_repaired(stac
             status["message"], status
         admin.delete_queue("default", unique_name)  # a sealed stream can still be deleted
         admin.wait_deleted("default", unique_name, timeout=20)
+
+
+async def test_a_queue_with_delayed_messages_is_in_step_and_refuses_a_roll_up_from_the_sdk(runtime):
+    """nats-server turns roll-ups on with schedules and will not turn them off: that is the desired
+    configuration, not drift to 'repair' every resync. A Nats-Rollup header would delete every
+    message of the queue: the SDK refuses the broker's own headers (the API always did)."""
+    await runtime.service.create(QueueSpec(name="rolls"))
+
+    async def ready():
+        return (await runtime.service.status("default", "rolls"))["state"] == "Ready"
+
+    await eventually(ready, timeout=20)
+    creds = await runtime.service.credentials("default", "rolls")
+    async with connect(creds) as queue:
+        await queue.put("now")
+        await queue.put("later", delay_s=30)  # schedules on, and with them roll-ups
+        for name in ("Nats-Rollup", "nats-rollup", "Nats-Schedule", "Nats-TTL"):
+            with pytest.raises(SpecError, match="none of the broker's own but Nats-Msg-Id"):
+                await queue.put("x", headers={name: "sub"})
+        await queue.put("keyed", headers={"Nats-Msg-Id": "k-1"})
+    info = await runtime.conn.queue_js(creds["stream"].lower()).stream_info(creds["stream"])
+    assert (info.config.allow_msg_schedules, info.config.allow_rollup_hdrs) == (True, True)
+    await asyncio.sleep(1.2)  # resyncs every 0.5 s here
+    assert await runtime.reconciler.out_of_step() == []

@@ -8,9 +8,8 @@ import pytest
 
 from enclave_queue.client import Credentials, connect, connect_sync
 from enclave_queue.errors import BrokerUnavailable, NotFound, SpecError
-from enclave_queue.names import stream_name
 from tests.cli.test_cli import run
-from tests.helpers import make_queue, queue_account_connection
+from tests.helpers import make_queue
 
 
 async def test_bodies_json_cannot_carry_are_refused_and_nothing_is_stored(stack, unique_name):
@@ -137,13 +136,10 @@ def test_env_credentials_keep_every_node(stack, unique_name):
 
 
 async def test_a_put_no_stream_takes_says_nothing_was_stored(stack, unique_name):
-    """No stream answers (deleted behind the controller's back here; a cluster without a majority
-    alike): the put's error says nothing was stored and why that may be, not only that the queue
-    may be gone."""
+    """No stream answers (here a subject no stream captures; a cluster without a majority, a
+    stream deleted behind the controller's back alike): the put's error says nothing was stored
+    and why that may be, not only that the queue may be gone."""
     creds = make_queue(stack, unique_name)
-    async with connect(creds) as queue:
-        await queue.put("first")
-        async with queue_account_connection(stack, creds["stream"].lower()) as nc:
-            await nc.jetstream().delete_stream(stream_name(creds["stream"].lower()))
+    async with connect({**creds, "subject": creds["subject"] + "-nowhere"}) as queue:
         with pytest.raises(BrokerUnavailable, match=r"No stream answered for subject .*, so nothing was stored"):
             await queue.put("lost?", timeout=1)
