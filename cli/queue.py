@@ -10,6 +10,7 @@ import base64
 import itertools
 import json as jsonlib
 import os
+import re
 import shlex
 import sys
 from collections import Counter
@@ -229,6 +230,10 @@ def delete(
     err.print(f"Queue '{name}' deleted." if not no_wait else f"Queue '{name}' is being deleted.")
 
 
+#: a credentials field's name as the --env exports carry it (upper-cased)
+ENV_KEY = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
 @app.command()
 def credentials(
     name: Name, project: Project = None, json: Json = False,
@@ -240,6 +245,8 @@ def credentials(
         creds = client.credentials(project_of(project), name)
     if env:
         for key, value in creds.items():
+            if not (isinstance(key, str) and ENV_KEY.fullmatch(key)):  # a server that is not Enclave: not
+                continue                                               # a name a shell may eval
             if isinstance(value, list):  # broker_urls: a cluster's nodes, comma-separated as the SDK reads them
                 value = ",".join(str(item) for item in value)
             elif value is None:  # previous_password_valid_until with no grace under way

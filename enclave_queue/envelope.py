@@ -304,7 +304,11 @@ def encode(body: Any) -> tuple[bytes, Optional[dict[str, str]]]:
     if isinstance(body, (bytes, bytearray, memoryview)):
         return bytes(body), None
     if isinstance(body, str):
-        return body.encode(), {"Content-Type": TEXT}
+        try:
+            return body.encode(), {"Content-Type": TEXT}
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 for it
+            message = "must be bytes, text or a JSON value, and this text is not Unicode (it holds a lone surrogate)"
+            raise SpecError(f"body {message}.", errors=[{"field": "body", "message": message}]) from None
     try:
         return _COMPACT_JSON.encode(body).encode(), {"Content-Type": JSON}
     except (ValueError, TypeError, RecursionError) as exc:

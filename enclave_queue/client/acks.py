@@ -173,7 +173,7 @@ class AckWindow:
         """Confirm ``ack`` with the next group; sent as soon as the loop is free."""
         self._queued.append(ack)
         if self._confirming is None or self._confirming.done():
-            self._confirming = self._session.spawn(self._confirm_groups())
+            self._confirming = self._session.spawn(self._confirm_groups(), finish=True)  # close waits for it
 
     async def _confirm_groups(self) -> None:
         while self._queued:

@@ -172,17 +172,18 @@ class Receiving:
             settle = False  # the acks are confirmed in a task of their own all the same
             raise
         finally:
-            if settle:  # left early: its acks still count, but nobody is there to hear a failure
-                with contextlib.suppress(EnclaveError, RuntimeError):
-                    await window.settle()
-            # a prefetch still taking what is there (no wait) finishes in a moment; one left waiting
-            # for new messages is cancelled (its pull hands back what it had received: acks.orphaned)
-            await asyncio.wait({pending}, timeout=PREFETCH_SETTLE)
-            pending.cancel()
-            await asyncio.gather(pending, return_exceptions=True)
-            if not pending.cancelled() and pending.exception() is None:
-                unseen += pending.result()
-            await message.hand_back(self._session, unseen)
+            with self._session.finishing():  # a close waits for this (a break, then close at once)
+                if settle:  # left early: its acks still count, but nobody is there to hear a failure
+                    with contextlib.suppress(EnclaveError, RuntimeError):
+                        await window.settle()
+                # a prefetch still taking what is there (no wait) finishes in a moment; one left waiting
+                # for new messages is cancelled (its pull hands back what it had received: acks.orphaned)
+                await asyncio.wait({pending}, timeout=PREFETCH_SETTLE)
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+                if not pending.cancelled() and pending.exception() is None:
+                    unseen += pending.result()
+                await message.hand_back(self._session, unseen)
 
     async def messages(self, batch: int = 100, wait: float = 5.0) -> AsyncIterator[Message]:
         """Every message as it comes, fetching the next batch while the current one is handled

@@ -52,7 +52,7 @@ def check_headers(headers: Any) -> dict[str, str]:
             # had a delayed message allows roll-ups: nats-server turns them on with schedules)
             raise out_of_range("headers", f"{HEADERS_RULE}, none of the broker's own but Nats-Msg-Id",
                                f"the name {name!r}")
-        if not (isinstance(value, str) and value.isprintable()):
+        if not isinstance(value, str) or any(c in value for c in "\r\n\0"):  # what would break the header block
             raise out_of_range("headers", HEADERS_RULE, f"{value!r} for {name!r}")
     return headers
 

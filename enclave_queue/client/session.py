@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Optional, TypeVar
 
 import nats
@@ -73,6 +73,9 @@ class Backoff:
         return delay
 
 
+FINISH_WAIT = 5.0  #: seconds ``close`` gives acks being confirmed and iterations handing back
+
+
 class Pull:
     """A waiter for many replies on an inbox of its own (a pull, a direct get): what arrived, and
     ``done``, which ends the current request and which ``fail_all`` fails."""
@@ -113,6 +116,9 @@ class Session:
         self._closing: Optional[asyncio.Task[None]] = None
         self._refused_since: Optional[float] = None  #: when the reconnects began to be refused
         self._tasks: set[asyncio.Task[Any]] = set()  #: background work: cancelled by ``close``
+        #: work ``close`` lets finish first: acks' confirmations, iterations left early handing back
+        self._finishing: set[asyncio.Task[Any]] = set()
+        self._shutting = False
 
     async def start(self) -> None:
         self._sub = await self.nc.subscribe(f"{self.mux}.*", cb=self._on_reply)
@@ -202,13 +208,28 @@ class Session:
             self.waiting.pop(token, None)
             raise BrokerUnavailable(f"The broker did not confirm {what} within {timeout:g} s.") from None
 
-    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    def spawn(self, coro: Coroutine[Any, Any, T], *, finish: bool = False) -> asyncio.Task[T]:
         """Run ``coro`` in a task of its own, cancelled by ``close`` if still running (a lease
-        keeper, a prefetch, a settings read)."""
+        keeper, a prefetch, a settings read); with ``finish`` (acks being confirmed), one ``close``
+        waits for first, up to FINISH_WAIT."""
         task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        held = self._finishing if finish else self._tasks
+        held.add(task)
+        task.add_done_callback(held.discard)
         return task
+
+    @contextlib.contextmanager
+    def finishing(self) -> Iterator[None]:
+        """Within this block the current task is work ``close`` waits for (an iteration handing back
+        and confirming what it took, left early)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._finishing.add(task)
+        try:
+            yield
+        finally:
+            if task is not None:
+                self._finishing.discard(task)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -326,8 +347,17 @@ class Session:
     async def close(self) -> None:
         """Stop the background work, fail whatever waits with "Client is closed.", and drain and
         close the connection."""
-        if self.closed:
+        if self.closed or self._shutting:
             return
+        self._shutting = True
+        # an iteration left with break is closed by the loop a moment later (its generator's
+        # finalizer), and acks given to an iteration are confirmed in a task: both finish first,
+        # or an ack that returned would never be sent (the message came back, done twice)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        finishing = [task for task in self._finishing if task is not asyncio.current_task()]
+        if finishing:
+            await asyncio.wait(finishing, timeout=FINISH_WAIT)
         self.closed = True
         tasks = list(self._tasks)
         for task in tasks:  # an iteration left early: its next batch is not wanted; leases lapse

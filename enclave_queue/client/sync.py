@@ -29,7 +29,12 @@ class _Loop:
         if self.loop.is_closed():  # after close(): as the async client says it
             coro.close()
             raise RuntimeError("Client is closed.")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:  # Ctrl-C in the caller's thread: the call stops too (a get left
+            future.cancel()    # running took the next message, leased to nobody)
+            raise
 
     def stop(self) -> None:
         """End the loop's thread; a second call does nothing."""
@@ -100,10 +105,10 @@ class SyncQueue:
         return self._loop.run(self.queue.send(body, **kwargs))
 
     def send_batch(self, bodies: Iterable[Any], **kwargs: Any) -> int:
-        return self._loop.run(self.queue.send_batch(list(bodies), **kwargs))
+        return self._loop.run(self.queue.send_batch(bodies, **kwargs))  # checked there: a str is no list
 
     def put_many(self, bodies: Iterable[Any], **kwargs: Any) -> list[int]:
-        return self._loop.run(self.queue.put_many(list(bodies), **kwargs))
+        return self._loop.run(self.queue.put_many(bodies, **kwargs))
 
     def len(self) -> int:
         return self._loop.run(self.queue.len())

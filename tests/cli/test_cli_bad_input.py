@@ -4,6 +4,7 @@ closed stdout ends quietly."""
 
 import base64
 import http.server
+import json
 import os
 import signal
 import socket
@@ -251,6 +252,22 @@ def test_a_server_that_is_not_the_api_is_said_in_one_line(stack):
                                env={**stack.env, "ENCLAVE_URL": url, "ENCLAVE_TRACEBACK": "1"})
         assert shown.returncode == 1 and "Traceback" in shown.stderr
         assert shown.stderr.endswith("\nerror: KeyError: 'state'\n")
+
+
+def test_env_credentials_from_a_server_that_is_not_enclave_cannot_run_a_command(stack, tmp_path):
+    """`eval "$(enclave queue credentials NAME --env)"` is what the docs suggest: a key the shell
+    would read as a command is not printed (values were quoted, keys were not)."""
+    pwned = tmp_path / "pwned"
+    hostile = {"username": "u", "x=1;touch " + str(pwned) + ";y": "v", "$(touch " + str(pwned) + ")": "v",
+               "broker_urls": ["nats://127.0.0.1:1", "nats://127.0.0.1:2"], "password_valid_until": None}
+    with fake_server() as url:
+        FakeServer.answer = (200, "application/json", json.dumps(hostile).encode())
+        printed = run(stack, "queue", "credentials", "emails", "--env", env={"ENCLAVE_URL": url})
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.splitlines() == ["export ENCLAVE_QUEUE_USERNAME=u",
+                                           "export ENCLAVE_QUEUE_BROKER_URLS=nats://127.0.0.1:1,nats://127.0.0.1:2"]
+    subprocess.run(["bash", "-c", f'eval "{printed.stdout}"'], check=True, timeout=10)
+    assert not pwned.exists()
 
 
 # -- the process --------------------------------------------------------------------------------

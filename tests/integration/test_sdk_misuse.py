@@ -143,3 +143,58 @@ async def test_a_put_no_stream_takes_says_nothing_was_stored(stack, unique_name)
     async with connect({**creds, "subject": creds["subject"] + "-nowhere"}) as queue:
         with pytest.raises(BrokerUnavailable, match=r"No stream answered for subject .*, so nothing was stored"):
             await queue.put("lost?", timeout=1)
+
+
+@pytest.mark.parametrize("mode", ["break", "after"])
+async def test_acks_given_just_before_close_are_not_lost(stack, unique_name, mode):
+    """An iteration's ack returns at once and is confirmed in a task: a close right after it
+    cancelled that task, so the ack was never sent and the message came back (done twice). The
+    same for an iteration left with break: its generator is closed a moment later."""
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=1)
+    async with connect(creds) as queue:
+        ids = await queue.put_many(["a", "b", "c"])
+    async with connect(creds) as queue:
+        acked = []
+        if mode == "break":
+            async for message in queue.iterate():
+                await message.ack()
+                acked.append(message.id)
+                break
+        else:
+            held = [message async for message in queue.iterate(stop_when_empty=True)]
+            for message in held:
+                await message.ack()
+                acked.append(message.id)
+    await asyncio.sleep(1.5)  # past the visibility timeout: what was not acked is back
+    async with connect(creds) as queue:
+        back = await queue.receive(batch=10, wait=1)
+        assert not {m.id for m in back} & set(acked)
+        assert sorted(m.id for m in back) == sorted(set(ids) - set(acked))
+        assert all(m.attempts == 1 for m in back)  # the prefetched ones were handed back unspent
+        await queue.delete_many(back)
+
+
+async def test_header_values_with_any_text_but_line_breaks_go_through(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    values = {"X-Tab": "a\tb", "X-Price": "10\xa0€", "X-Family": "👨\u200d👩\u200d👧", "X-Empty": ""}
+    async with connect(creds) as queue:
+        await queue.put("h", headers=values)
+        message = await queue.get(timeout_s=5)
+        assert {k: message.headers.get(k) for k in values} == values
+        await message.ack()
+        for bad in ("a\rb", "a\nb", "a\x00b"):
+            with pytest.raises(SpecError, match="^headers must be"):
+                await queue.put("h", headers={"X-Bad": bad})
+        with pytest.raises(SpecError, match="^body must be .* lone surrogate"):
+            await queue.put("a\udc80")
+
+
+def test_the_sync_client_checks_a_batch_s_shape_as_the_async_one(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    with connect_sync(creds) as queue:
+        for bodies in ("abc", {"k1": 1}, b"xy", None):
+            with pytest.raises(SpecError, match="bodies must be a list of message bodies"):
+                queue.send_batch(bodies)
+            with pytest.raises(SpecError, match="bodies must be a list of message bodies"):
+                queue.put_many(bodies)
+        assert queue.put_many(x for x in ("g1", "g2")) and queue.len() == 2
