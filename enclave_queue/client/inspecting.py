@@ -139,18 +139,29 @@ class Inspecting:
         body; nothing is taken off the queue. Returns how many lines by status."""
         counts: dict[str, int] = {}
         cursor: Optional[str] = None
+        if not isinstance(path, (str, Path)) or not str(path).strip():
+            raise SpecError(f"path must be a file's path (got {path!r}).", errors=[{"field": "path", "message":
+                                                                                   "must be a file's path"}])
         target = Path(path)
+        if target.is_dir():
+            raise SpecError(f"path must be a file's path, not a directory (got {str(target)!r}).",
+                            errors=[{"field": "path", "message": "must be a file's path, not a directory"}])
+        self._session.check_open()
         partial = target.with_name(target.name + ".partial")
-        with partial.open("w", encoding="utf-8") as out:
-            while True:
-                page = await self._session.desk("export", {"cursor": cursor}, timeout=30.0)
-                for line in page["messages"]:
-                    out.write(json.dumps(line, separators=(",", ":")) + "\n")
-                    counts[line["status"]] = counts.get(line["status"], 0) + 1
-                cursor = page["cursor"]
-                if cursor is None:
-                    break
-        partial.replace(target)
+        try:
+            with partial.open("w", encoding="utf-8") as out:
+                while True:
+                    page = await self._session.desk("export", {"cursor": cursor}, timeout=30.0)
+                    for line in page["messages"]:
+                        out.write(json.dumps(line, separators=(",", ":")) + "\n")
+                        counts[line["status"]] = counts.get(line["status"], 0) + 1
+                    cursor = page["cursor"]
+                    if cursor is None:
+                        break
+            partial.replace(target)
+        except BaseException:  # nothing half-written left beside the target
+            partial.unlink(missing_ok=True)
+            raise
         return counts
 
     async def clear(self) -> dict[str, int]:

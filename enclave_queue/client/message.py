@@ -229,6 +229,8 @@ class Message:
         first that failed. ``confirm=True`` waits for this ack's own confirmation there too.
         ``confirm=False`` sends it without waiting (as a plain NATS ``ack()`` does): faster, but an
         ack lost on the way means the message comes back after its lease."""
+        if confirm is not None and not isinstance(confirm, bool):
+            raise out_of_range("confirm", "True, False or None", repr(confirm))
         self._check_lease("acked")
         self._settle()
         if confirm is None and self._window is not None:

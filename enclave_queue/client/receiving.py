@@ -29,6 +29,7 @@ from ..errors import EnclaveError, SpecError
 from . import acks, message
 from .message import Message
 from .pulls import MIN_SLICE, NO_WAIT_ANSWER, PULL_GRACE, pull, pull_any
+from .sending import check_timeout
 from .session import DEFAULT_TIMEOUT, Session
 from .settings import Settings
 
@@ -220,4 +221,15 @@ class Receiving:
                           confirm: bool = True) -> None:
         """Ack many received messages, waiting once for all the broker's confirmations.
         ``confirm=False``: send them without waiting (see ``Message.ack``)."""
+        if isinstance(messages, (str, bytes, Message)) or not isinstance(messages, Iterable):
+            raise SpecError(f"messages must be a list of received messages (got {type(messages).__name__}).",
+                            errors=[{"field": "messages", "message": "must be a list of received messages"}])
+        messages = list(messages)
+        if not all(isinstance(m, Message) for m in messages):
+            raise SpecError("messages must be a list of received messages (it holds something else).",
+                            errors=[{"field": "messages", "message": "must be a list of received messages"}])
+        check_timeout(timeout)
+        if not isinstance(confirm, bool):
+            raise SpecError(f"confirm must be True or False (got {confirm!r}).",
+                            errors=[{"field": "confirm", "message": "must be True or False"}])
         await message.ack_all(self._session, messages, timeout, confirm=confirm)

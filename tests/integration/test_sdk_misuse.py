@@ -198,3 +198,28 @@ def test_the_sync_client_checks_a_batch_s_shape_as_the_async_one(stack, unique_n
             with pytest.raises(SpecError, match="bodies must be a list of message bodies"):
                 queue.put_many(bodies)
         assert queue.put_many(x for x in ("g1", "g2")) and queue.len() == 2
+
+
+async def test_delete_many_ack_and_export_check_their_arguments(stack, unique_name, tmp_path):
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        await queue.put("x")
+        message = await queue.get(timeout_s=5)
+        for messages in (None, 5, "x", message, [None]):
+            with pytest.raises(SpecError, match="^messages must be a list of received messages"):
+                await queue.delete_many(messages)
+        for timeout in (0, math.nan, "5"):
+            with pytest.raises(SpecError, match="^timeout must be"):
+                await queue.delete_many([message], timeout=timeout)
+        with pytest.raises(SpecError, match="^confirm must be True, False or None"):
+            await message.ack(confirm="no")
+        for path in (tmp_path, "", 5):
+            with pytest.raises(SpecError, match="^path must be a file's path"):
+                await queue.export(path)
+        assert list(tmp_path.parent.glob(f"{tmp_path.name}.partial")) == []
+        await message.ack()  # still leased: the refusals left it alone
+    closed = await connect(creds)
+    await closed.close()
+    with pytest.raises(RuntimeError, match="Client is closed"):
+        await closed.export(tmp_path / "out.jsonl")
+    assert list(tmp_path.iterdir()) == []
