@@ -29,7 +29,7 @@ from nats.nuid import NUID
 
 from ..auth import jwt
 from ..auth.keys import OperatorKeys
-from ..errors import BrokerUnavailable, publish_refused
+from ..errors import BrokerUnavailable, StorageFull, publish_refused
 from ..retry import api_codes, retry_unavailable
 from ..spec import QueueSpec
 from .claims import control_user
@@ -39,6 +39,7 @@ from .pool import AccountConnections
 log = logging.getLogger("enclave.broker")
 
 REQUEST_TIMEOUT = 10.0  #: seconds for a reload or stats request
+NO_STORAGE = 10047  #: the JetStream API's err_code for "insufficient storage resources available"
 GATHER_WAIT = 0.25  #: seconds a cluster's other servers are given to answer a JSZ after the first
 DRAIN_TIMEOUT = 3.0  #: seconds a connection may take to drain when the control process stops
 #: seconds beyond DRAIN_TIMEOUT for the flush and close that end a drain (nats-py times the drain of
@@ -154,11 +155,20 @@ async def ensure_stream(js: JetStreamContext, config: Any) -> None:
     is kept on (``CONTROL_STREAM_BYTES.replicas``)."""
     config.num_replicas = CONTROL_STREAM_BYTES.replicas
     try:
-        await retry_unavailable(lambda: js.stream_info(config.name))
-    except nats.js.errors.NotFoundError:
-        await retry_unavailable(lambda: js.add_stream(config))
-    else:
-        await retry_unavailable(lambda: js.update_stream(config))
+        try:
+            await retry_unavailable(lambda: js.stream_info(config.name))
+        except nats.js.errors.NotFoundError:
+            await retry_unavailable(lambda: js.add_stream(config))
+        else:
+            await retry_unavailable(lambda: js.update_stream(config))
+    except nats.js.errors.APIError as exc:
+        if exc.err_code != NO_STORAGE:
+            raise
+        # the store made smaller than what it holds and reserves (a restart with a smaller
+        # ENCLAVE_MAX_FILE_STORE, a data dir restored onto a smaller disk): said so, not a traceback
+        raise StorageFull(f"The broker's store has no room left for the control plane's {config.name} stream "
+                          f"({config.max_bytes or 0} bytes): the queues reserve more of the store than it has now. "
+                          "Start with ENCLAVE_MAX_FILE_STORE at least what it was, or on a larger disk.") from None
 
 
 async def _connect(url: str, keys: OperatorKeys, role: str, user_role: str) -> Client:

@@ -28,6 +28,7 @@ from ..auth import jwt
 from ..auth.keys import OperatorKeys
 from ..errors import BrokerUnavailable
 from .claims import control_user
+from .tasks import stop_tasks
 
 log = logging.getLogger("enclave.broker")
 
@@ -154,11 +155,7 @@ class AccountConnections:
 
     async def close(self) -> None:
         self._closed = True
-        if self._shrink is not None:
-            self._shrink.cancel()
-        for task in list(self._trims):
-            task.cancel()
-        await asyncio.gather(*self._trims, return_exceptions=True)
+        await stop_tasks([self._shrink, *self._trims])
         entries, self._open = list(self._open.values()), {}
         for entry in entries:
             with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):

@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from ..auth import jwt
 from ..auth.keys import OperatorKeys
 from ..broker.claims import app_user
+from ..broker.tasks import stop_tasks
 
 log = logging.getLogger("enclave.callout")
 
@@ -114,6 +115,4 @@ class Callout:
             with contextlib.suppress(Exception, asyncio.TimeoutError):
                 await asyncio.wait_for(self._sub.unsubscribe(), 2.0)
             self._sub = None
-        for task in list(self._answering):
-            task.cancel()
-        await asyncio.gather(*self._answering, return_exceptions=True)
+        await stop_tasks(list(self._answering))

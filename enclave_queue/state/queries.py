@@ -80,9 +80,11 @@ class QueueIndex:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
+        # cancelled again until it ends: Python 3.11's wait_for can drop a cancel that comes as its
+        # inner wait completes, and the watch loops for ever (a failed start then hung the stop)
+        while task is not None and not task.done():
             task.cancel()
-            await asyncio.wait({task})
+            await asyncio.wait({task}, timeout=0.5)
         self._watched.clear()
 
     async def _follow(self) -> None:

@@ -19,6 +19,7 @@ from enclave_queue.auth.keys import OperatorKeys
 from enclave_queue.auth.secrets import MasterKey
 from enclave_queue.client import connect
 from enclave_queue.client.connecting import drop_failed_attempt
+from enclave_queue.testing import EnclaveStack
 from tests.conftest import files_under
 from tests.helpers import account_store, dirty_pages, eventually, make_queue, system_connection
 
@@ -252,3 +253,25 @@ async def test_a_data_dir_whose_path_is_not_ascii_starts_and_serves(enclave_stac
     async with connect(creds) as queue:
         await queue.put("é")
         assert (await queue.get(timeout_s=5)).body == "é"
+
+
+def test_a_store_made_smaller_than_what_it_reserves_is_refused_in_one_line(enclave_stack_factory, tmp_path):
+    """A restart with a smaller ENCLAVE_MAX_FILE_STORE (or a data dir restored onto a smaller
+    disk): the control plane's streams no longer fit. A one-line StorageFull and exit 9, where it
+    was a traceback's last line, or a start that hung and ignored SIGTERM."""
+    home = tmp_path / "home"
+    first = enclave_stack_factory(home=home, env={"ENCLAVE_MAX_FILE_STORE": "4G"})
+    with first.admin() as admin:
+        for i in range(4):
+            admin.create_queue("default", {"name": f"big-{i}", "max_bytes": 512 << 20})
+            admin.wait_ready("default", f"big-{i}", timeout=20)
+    assert first.stop() == 0
+    second = EnclaveStack.launch(home, {"ENCLAVE_MAX_FILE_STORE": "128M"})
+    try:
+        assert second.proc.wait(timeout=60) == 9
+    finally:
+        if second.proc.poll() is None:
+            second.kill()
+    last = second.log_path.read_text().strip().splitlines()[-1]
+    assert last.startswith("error: The broker's store has no room left for the control plane's "), last
+    assert "ENCLAVE_MAX_FILE_STORE" in last and "unexpected" not in last
