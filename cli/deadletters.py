@@ -10,6 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from enclave_queue.admin import check_path_part
+from enclave_queue.errors import BrokerUnavailable
 
 from .client import api
 from .options import Json, Name, Project, decimal, utf8, whole
@@ -27,6 +28,7 @@ LETTER_COLUMNS = {
     "body": Col("BODY", free=True),
 }
 POLL_SECONDS = 0.2
+FOLLOW_PATIENCE = 30.0  #: seconds the progress is asked again while the API cannot be reached
 
 
 @app.command("dead-letters")
@@ -118,6 +120,22 @@ def _follow(client, project: str, name: str, task: dict, *, show: bool) -> dict:
         bar = progress.add_task(f"Redriving '{name}'", total=task["total"] or None)
         while task["state"] == "running":
             time.sleep(POLL_SECONDS)
-            task = client.redrive_status(project, name, task["id"])
+            task = _status(client, project, name, task["id"])
             progress.update(bar, completed=task["moved"] + task["failed"], total=task["total"] or None)
     return task
+
+
+def _status(client, project: str, name: str, task_id: str) -> dict:
+    """The task as the API says now; asked again for FOLLOW_PATIENCE seconds while the API cannot
+    be reached (the control process paused or restarting: the task runs on meanwhile, and was
+    reported failed when the first poll missed)."""
+    until = time.monotonic() + FOLLOW_PATIENCE
+    while True:
+        try:
+            return client.redrive_status(project, name, task_id)
+        except BrokerUnavailable as exc:
+            if time.monotonic() >= until:
+                raise BrokerUnavailable(f"{exc.message} The redrive (task {task_id}) may still be running: "
+                                        f"GET /v1/projects/{project}/queues/{name}/redrives/{task_id} says how "
+                                        "it went.") from None
+            time.sleep(1.0)
