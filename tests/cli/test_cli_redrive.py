@@ -22,8 +22,9 @@ def test_a_redrive_followed_through_a_paused_control_process_reports_its_outcome
                            env=stack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(1.0)
-        os.kill(stack.pid, signal.SIGSTOP)  # the API answers nothing for 3 s
-        time.sleep(3.0)
+        # paused past uvicorn's keep-alive timeout: woken, it drops the poll's connection unanswered
+        os.kill(stack.pid, signal.SIGSTOP)
+        time.sleep(7.0)
         os.kill(stack.pid, signal.SIGCONT)
         out, errors = cli.communicate(timeout=60)
     finally:
