@@ -891,15 +891,23 @@ class Mover:
             await request.respond(json.dumps(reply).encode())
 
 
+#: the most each field of a word may be: a stream sequence is a signed 64-bit number (10**30
+#: reached the broker as a malformed request), and a receive count past a million is no real one
+#: (it is signed into the dead letter as its receive count)
+MOST = {"seq": 2**63 - 1, "id": 2**63 - 1, "receive_count": envelope.MAX_PRIOR_ATTEMPTS}
+
+
 def _counted(body: Any, field: str, *, needed: bool = True) -> Optional[int]:
     """A positive whole number an app sent in a word or a reject (``envelope.whole_number``: not
-    ``int()``, which would cut 2.5 to message 2); ValueError naming the field otherwise."""
+    ``int()``, which would cut 2.5 to message 2), at most MOST[field]; ValueError naming the field
+    and its range otherwise."""
     value = body.get(field) if isinstance(body, dict) else None
     if value is None and not needed:
         return None
     number = envelope.whole_number(value)
-    if number is None or number < 1:
-        raise ValueError(f"{field} must be a positive whole number (got {str(value)[:40]!r}).")
+    most = MOST.get(field, 2**63 - 1)
+    if number is None or not 1 <= number <= most:
+        raise ValueError(f"{field} must be a whole number from 1 to {most} (got {str(value)[:40]!r}).")
     return number
 
 

@@ -59,6 +59,9 @@ def _problem(exc: EnclaveError) -> dict[str, Any]:
     return {"status": exc.status, "title": exc.title, "detail": exc.message, "errors": exc.errors}
 
 
+MAX_SEQUENCE = 2**63 - 1  #: a stream sequence is a signed 64-bit number (2**70 was a 500)
+
+
 def _int(body: dict[str, Any], field: str, low: int, high: int, default: Optional[int] = None) -> int:
     value = body.get(field, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -69,8 +72,8 @@ def _int(body: dict[str, Any], field: str, low: int, high: int, default: Optiona
 def _ids(body: dict[str, Any], field: str) -> list[int]:
     values = body.get(field)
     if not isinstance(values, list) or len(values) > MAX_IDS or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-        raise field_error(field, f"must be a list of at most {MAX_IDS} positive integers")
+            isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SEQUENCE for v in values):
+        raise field_error(field, f"must be a list of at most {MAX_IDS} integers from 1 to {MAX_SEQUENCE}")
     return values
 
 
