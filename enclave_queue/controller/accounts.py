@@ -528,7 +528,11 @@ class Accounts:
         keep |= {self.keys.public(self.keys.platform_account(role)) for role in ("system", "control", "auth")}
         for path in root.iterdir():
             if path.is_dir() and path.name not in keep:
-                if any(found.is_file() for found in path.rglob("*.blk")):  # messages: not ours to delete
+                try:
+                    blocks = any(found.is_file() for found in path.rglob("*.blk"))
+                except OSError:  # changing under the walk (a stream being deleted): looked at next time
+                    continue
+                if blocks:  # messages: not ours to delete
                     log.warning("JetStream directory %s belongs to no account Enclave knows, and holds message "
                                 "blocks; kept (its account record was lost?). Delete it by hand if its queue is "
                                 "gone for good.", path)

@@ -146,6 +146,7 @@ class SqsEndpoint:
         result = await context.actions.run(action, params, caller)
         log.debug("SQS %s by %s: ok", action, key.id)
         if protocol == "json":
+            result = wire.without_empty(result)
             return action, Response(json.dumps(result), media_type=wire.JSON_TYPE,
                                     headers={"x-amzn-RequestId": request_id})
         return action, Response(wire.render_query(action, result, request_id), media_type=wire.XML_TYPE,

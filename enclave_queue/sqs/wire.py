@@ -98,8 +98,9 @@ def _convert(node: dict[str, Any]) -> dict[str, Any]:
                         raise _shape_error(f"{key}.{key_name}", "a string")
                     inner = item.get(value_name)
                     entries[item[key_name]] = _convert(inner) if isinstance(inner, dict) else inner
-        elif key in LISTS:
-            out[LISTS[key]] = [_convert(item) if isinstance(item, dict) else item for item in _indexed(value)]
+        elif key in LISTS:  # an empty list as a bare key (AttributeName=): empty
+            out[LISTS[key]] = [] if value == "" else [_convert(item) if isinstance(item, dict) else item
+                                                      for item in _indexed(value)]
         elif isinstance(value, dict):
             out[key] = _convert(value)
         else:
@@ -127,12 +128,22 @@ def _shape_error(name: str, rule: str) -> SqsError:
 
 def check_shapes(params: dict[str, Any], where: str = "") -> None:
     """InvalidParameterValue naming the member whose value is not of its type (a number where a
-    string goes, ``QueueNamePrefix.1=x`` in a query): an action reads only what fits."""
+    string goes, ``QueueNamePrefix.1=x`` in a query): an action reads only what fits. What SDKs
+    send for nothing is taken as nothing, first: a JSON ``null`` member is left out, and an empty
+    list or map written as an empty query value (``AttributeNames=``, botocore's) is empty."""
+    for name in [name for name, value in params.items() if value is None]:
+        del params[name]
+    for name, value in list(params.items()):
+        if value == "" and name in STRING_LISTS | ENTRY_LISTS:
+            params[name] = []
+        elif value == "" and name in STRING_MAPS | VALUE_MAPS:
+            params[name] = {}
     for name, value in params.items():
         shown = f"{where}{name}"
         if name in STRINGS and not isinstance(value, str):
             raise _shape_error(shown, "a string")
-        if name in NUMBERS and (isinstance(value, bool) or not isinstance(value, (int, str))):
+        if name in NUMBERS and (isinstance(value, bool) or not isinstance(value, (int, str)) and not (
+                isinstance(value, float) and value.is_integer())):
             raise _shape_error(shown, "an integer")
         if name in STRING_LISTS and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise _shape_error(shown, "a list of strings")
@@ -145,6 +156,17 @@ def check_shapes(params: dict[str, Any], where: str = "") -> None:
                 raise _shape_error(shown, "a list of entries")
             for index, entry in enumerate(value, 1):
                 check_shapes(entry, f"{shown}.{index}.")
+
+
+#: the list members SQS leaves out of a JSON answer when they are empty (an empty receive is
+#: ``{}``: ``aws sqs receive-message`` then prints nothing, and scripts test for that; JS code
+#: tests ``if (Messages)``, which an empty list passes)
+OMITTED_EMPTY = frozenset({"Messages", "QueueUrls", "Failed", "queueUrls"})
+
+
+def without_empty(result: dict[str, Any]) -> dict[str, Any]:
+    """A JSON answer as SQS writes it: the members OMITTED_EMPTY left out when empty."""
+    return {key: value for key, value in result.items() if not (key in OMITTED_EMPTY and value == [])}
 
 
 def query_params(form: str) -> tuple[str, dict[str, Any]]:

@@ -226,3 +226,34 @@ def test_a_visibility_past_12_hours_after_the_receive_is_refused(sqs, unique_nam
     with pytest.raises(sqs.exceptions.ClientError, match="Total VisibilityTimeout for the message is beyond the limit"):
         sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=43200)
     sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+
+
+@pytest.mark.parametrize(("action", "form"), [
+    ("ReceiveMessage", b"QueueUrl={url}&AttributeNames=&MessageAttributeNames="),  # botocore's empty lists
+    ("ReceiveMessage", b"QueueUrl={url}&AttributeName=&MessageAttributeName="),    # the Node SDK's
+    ("GetQueueAttributes", b"QueueUrl={url}&AttributeNames="),
+])
+def test_an_empty_list_sent_as_a_bare_query_key_is_empty(access_key, endpoint, sqs, unique_name, action, form):
+    url = sqs.create_queue(QueueName=unique_name)["QueueUrl"]
+    answer = _raw(access_key, endpoint, action, form.replace(b"{url}", url.encode()), protocol="query")
+    assert answer.status_code == 200, answer.text
+
+
+def test_an_empty_batch_as_a_bare_query_key_is_an_empty_batch(access_key, endpoint, sqs, unique_name):
+    url = sqs.create_queue(QueueName=unique_name)["QueueUrl"]
+    answer = _raw(access_key, endpoint, "SendMessageBatch", b"QueueUrl=%s&Entries=" % url.encode(), protocol="query")
+    assert answer.status_code == 400 and "<Code>AWS.SimpleQueueService.EmptyBatchRequest</Code>" in answer.text, \
+        answer.text
+
+
+def test_json_answers_leave_out_empty_lists_and_take_nulls_as_absent(access_key, endpoint, sqs, unique_name):
+    url = sqs.create_queue(QueueName=unique_name)["QueueUrl"]
+    empty = _raw(access_key, endpoint, "ReceiveMessage",
+                 json.dumps({"QueueUrl": url, "WaitTimeSeconds": 0, "AttributeNames": None,
+                             "MessageAttributeNames": None}).encode())
+    assert (empty.status_code, empty.json()) == (200, {})
+    none = _raw(access_key, endpoint, "ListQueues", json.dumps({"QueueNamePrefix": f"{unique_name}-none"}).encode())
+    assert none.json() == {}
+    batch = _raw(access_key, endpoint, "SendMessageBatch", json.dumps({"QueueUrl": url, "Entries": [
+        {"Id": "a", "MessageBody": "x", "MessageAttributes": None}]}).encode())
+    assert batch.status_code == 200 and "Failed" not in batch.json() and len(batch.json()["Successful"]) == 1
