@@ -37,7 +37,7 @@ class BoundedH11Protocol(H11Protocol):
         self._await_head()
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
-        if not hasattr(self, "transport"):  # refused in connection_made
+        if self.transport is None:  # refused in connection_made: nothing of it was set up
             return
         self._stop_head_timer()
         super().connection_lost(exc)

@@ -61,3 +61,20 @@ async def test_connections_past_the_bound_are_closed_at_once_and_the_api_answers
     finally:
         for sock in held:
             sock.close()
+
+
+async def test_a_refused_connection_leaves_nothing_in_the_log(runtime, monkeypatch, caplog):
+    monkeypatch.setattr(connections, "MAX_CONNECTIONS", 2)
+    held = [_open(runtime.api_url) for _ in range(2)]
+    try:
+        await asyncio.sleep(0.2)
+        extra = [_open(runtime.api_url) for _ in range(5)]
+        for sock in extra:
+            assert await asyncio.to_thread(_closed_by_server, sock, 5)
+            sock.close()
+        await asyncio.sleep(0.2)
+    finally:
+        for sock in held:
+            sock.close()
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "WARNING") and "callback" in r.getMessage()]
+    assert not [r for r in caplog.records if r.exc_info]
