@@ -37,7 +37,7 @@ from ..broker.tasks import keep_running, stop_tasks
 from ..errors import BrokerUnavailable, EnclaveError, StorageFull
 from ..metrics.instruments import ControlMetrics
 from ..names import CONSUMER, stream_name
-from ..retry import api_codes
+from ..retry import api_codes, placement_pending
 from ..state.kv import Store
 from ..state.records import QueueRecord, QueueStatus, State
 from . import mapping
@@ -64,7 +64,7 @@ def is_temporary(exc: BaseException) -> bool:
     "error creating store for stream" during a burst of creates after a burst of deletes
     (bench.provider); shown as Errored at once, that stopped an apply that a retry would finish.
     After PATIENCE failures in a row the status says Errored all the same."""
-    if isinstance(exc, TEMPORARY):
+    if isinstance(exc, TEMPORARY) or placement_pending(exc):  # a replicated queue while a node is away
         return True
     return isinstance(exc, nats.js.errors.APIError) and api_codes(exc)[0] >= 500
 

@@ -174,7 +174,14 @@ async def test_nodes_killed_one_after_the_other_lose_nothing_and_the_lease_moves
         await eventually(lambda: cluster.leader() not in (None, leader), timeout=30)
         assert len(cluster.leaders()) == 1
         await traffic.more(100)
-        make(cluster.nodes[follower], "after-the-leader")  # creates reconcile on the new leader
+        # a replicated queue made while a node is away: placed once JetStream can (the broker
+        # refuses "no suitable peers … peer offline" as soon as it knows the node is gone), so it
+        # is Reconciling, not Errored, until then; and it reconciles on the new lease holder
+        with cluster.nodes[follower].admin() as admin:
+            admin.create_queue("default", {"name": "after-the-leader"})
+            cluster.restart(leader)
+            assert admin.wait_ready("default", "after-the-leader", timeout=30)["replicas"] == 3
+        assert cluster.leader() not in (None, leader)  # the lease stayed where it went
         traffic.drain_until = time.monotonic() + 30
     assert traffic.acked <= traffic.deleted, sorted(traffic.acked - traffic.deleted)[:20]
     assert traffic.after_delete == []

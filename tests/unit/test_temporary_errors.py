@@ -15,6 +15,9 @@ from enclave_queue.errors import BrokerUnavailable, SpecError
     (nats.js.errors.ServerError(code=500, err_code=10049, description="error creating store for stream"), True),
     (nats.js.errors.ServiceUnavailableError(code=503, err_code=10023), True),
     (nats.js.errors.BadRequestError(code=400, err_code=10058, description="stream name already in use"), False),
+    # a replicated queue made while a node of the cluster is away: placed once it is back
+    (nats.js.errors.BadRequestError(code=400, err_code=10005,
+                                    description="no suitable peers for placement, peer offline"), True),
     (nats.js.errors.NotFoundError(code=404, err_code=10059), False),
     (nats.js.errors.KeyWrongLastSequenceError(description="wrong last sequence: 7"), False),  # sets no code
     (SpecError("bad setting"), False),
