@@ -242,7 +242,8 @@ class Reconciler:
                     state: State = "Errored"
                     if record.deleting:
                         state = "Deleting"
-                    elif is_temporary(exc) and failures < PATIENCE:
+                    # a replicated queue waits for its nodes as long as they are away
+                    elif is_temporary(exc) and (failures < PATIENCE or placement_pending(exc)):
                         state, text = "Reconciling", f"Waiting for the broker: {text}"
                     await self._set_status(record, state, text, type(exc).__name__)
             delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS)) - 1]
