@@ -155,7 +155,9 @@ class AccountConnections:
 
     async def close(self) -> None:
         self._closed = True
-        await stop_tasks([self._shrink, *self._trims])
+        if self._shrink is not None:
+            self._shrink.cancel()  # a timer, not a task
+        await stop_tasks(list(self._trims))
         entries, self._open = list(self._open.values()), {}
         for entry in entries:
             with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
