@@ -145,6 +145,9 @@ class Session:
             future = waiter.done if isinstance(waiter, Pull) else waiter
             if not future.done():
                 future.set_exception(exc)
+                # marked seen: one whose caller stopped waiting (a resend between tries) was logged as
+                # "Future exception was never retrieved" at close; a caller that awaits it still gets it
+                future.exception()
 
     def on_denied(self, text: str) -> None:
         """The broker refused something this user sent (a permissions violation): fail what waits."""

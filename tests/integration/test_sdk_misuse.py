@@ -2,6 +2,7 @@
 what was wrong, raised before anything is sent, and nothing is stored half-way."""
 
 import asyncio
+import gc
 import math
 
 import pytest
@@ -223,3 +224,19 @@ async def test_delete_many_ack_and_export_check_their_arguments(stack, unique_na
     with pytest.raises(RuntimeError, match="Client is closed"):
         await closed.export(tmp_path / "out.jsonl")
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_wait_nobody_awaits_any_more_is_not_logged_at_close(stack, unique_name, caplog):
+    """A waiter whose caller stopped waiting (a put between its resends) is failed by close as
+    every waiter is; asyncio logged it as 'Future exception was never retrieved'."""
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        _, abandoned = queue._session.new_waiter()
+    assert isinstance(abandoned.exception(), RuntimeError)
+    caplog.clear()
+    _, abandoned = None, None
+    async with connect(creds) as queue:
+        queue._session.new_waiter()
+    gc.collect()
+    await asyncio.sleep(0)
+    assert "never retrieved" not in caplog.text
