@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 from typer.exceptions import TyperException
 
+from enclave_queue.settings import DECIMAL, WHOLE
 from enclave_queue.spec import shown
 
 #: whole seconds separated by commas, spaces around each allowed: '5,30,120', '5, 30'
@@ -34,13 +35,6 @@ def utf8(value: Optional[str]) -> Optional[str]:
         except UnicodeEncodeError:
             raise typer.BadParameter("must be UTF-8 text (it holds bytes that are not).") from None
     return value
-
-
-#: what the command line takes as a number: plain decimal digits, no '1_0', ' 5', '+5', '٥' or
-#: '0x10' (Python's and Pydantic's int() take several of those), and no 'nan', 'inf' or '1e400'
-#: (JSON carries none of them)
-WHOLE = re.compile(r"-?[0-9]+")
-DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 
 
 def _number(pattern: re.Pattern[str], kind: str, example: str, convert: type, low: Optional[float],

@@ -38,10 +38,10 @@ MIN_FILE_STORE = 64 << 20
 SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
               "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
 MAX_SIZE = 1 << 50  #: bytes: 1024 TiB, past any disk this runs on (nats-server refuses a number past int64)
-#: how a number is written in a setting: ASCII digits (int() also takes '1_0', ' 5' and other
-#: scripts' digits, and float() 'nan' and '1e400')
-WHOLE = re.compile(r"[0-9]+")
-DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+#: how a number is written in a setting or on the command line: ASCII digits, a minus sign, a
+#: point (int() also takes '1_0', ' 5' and other scripts' digits, and float() 'nan' and '1e400')
+WHOLE = re.compile(r"-?[0-9]+")
+DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 SIZE_RULE = "a size in bytes, optionally with a unit (K, M, G, T: powers of 1024), such as 20G"
 
 
@@ -50,7 +50,7 @@ def parse_size(name: str, raw: str) -> int:
     text = raw.strip().lower()
     digits = text.rstrip("kmgtib")
     unit = text[len(digits):]
-    if not WHOLE.fullmatch(digits) or unit not in SIZE_UNITS or int(digits) * SIZE_UNITS[unit] > MAX_SIZE:
+    if not WHOLE.fullmatch(digits) or digits.startswith("-") or unit not in SIZE_UNITS or int(digits) * SIZE_UNITS[unit] > MAX_SIZE:
         raise SpecError(f"{name} must be {SIZE_RULE}, at most 1024T (got {raw!r}).")
     return int(digits) * SIZE_UNITS[unit]
 
@@ -122,9 +122,10 @@ def _float(env: Mapping[str, str], name: str, default: float, low: float, high: 
 NODE_NAME_RULE = "1-32 letters, digits, '-' or '_'"
 ROUTE_RULE = ("a comma-separated list of host:port (or nats-route://host:port) of the other nodes' cluster ports, "
               "each host a DNS name, an IPv4 address or a bracketed IPv6 address")
-#: a DNS name (labels of letters, digits and inner hyphens) or an IPv4 address; or [an IPv6 address]
-ROUTE_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-                        r"|\[[0-9A-Fa-f:.]+\]")
+#: a DNS name (labels of letters, digits and inner hyphens), which an IPv4 address is written as too
+HOST_NAME = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+#: a host name or an IPv4 address; or [an IPv6 address]
+ROUTE_HOST = re.compile(HOST_NAME + r"|\[[0-9A-Fa-f:.]+\]")
 
 
 def check_node_name(name: str, source: str = "ENCLAVE_NODE_NAME") -> str:

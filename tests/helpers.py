@@ -156,6 +156,20 @@ def problem(response: Any, status: int, title: str) -> dict[str, Any]:
     return body
 
 
+async def runtime_queue(runtime: Any, name: str, **spec: Any) -> dict[str, Any]:
+    """Create a queue on an in-process Runtime (the ``runtime`` fixture), wait until it is Ready,
+    and return its credentials."""
+    from enclave_queue.spec import QueueSpec
+
+    await runtime.service.create(QueueSpec(name=name, **spec))
+
+    async def ready() -> bool:
+        return (await runtime.service.status("default", name))["state"] == "Ready"
+
+    await eventually(ready, timeout=20)
+    return await runtime.service.credentials("default", name)
+
+
 def make_queue(stack: EnclaveStack, name: str, project: str = "default", **settings: Any) -> dict[str, Any]:
     """Create a queue through the API and wait until it is Ready; returns its credentials."""
     with stack.admin() as admin:

@@ -178,7 +178,8 @@ class StorageGuard:
     of frozen accounts. ``on_change`` is called (no arguments) when ``health.ok`` flips."""
 
     def __init__(self, store_dir: Path, max_file_store: int, conn: BrokerConnection,
-                 set_frozen: Callable[[bool], Awaitable[None]], restart: Callable[[], Awaitable[None]]) -> None:
+                 set_frozen: Callable[[bool], Awaitable[None]], restart: Callable[[], Awaitable[None]],
+                 *, shared: bool = False) -> None:
         self.store_dir = store_dir
         self.conn = conn
         self.set_frozen = set_frozen
@@ -190,6 +191,8 @@ class StorageGuard:
         self.on_change: Optional[Callable[[], Awaitable[None]]] = None
         self.refused = 0  #: puts answered with the refusal since start
         self._frozen = False
+        #: other nodes' guards act on the same accounts (a cluster): one that starts thaws them
+        self.shared = shared
         self._next_restart = 0.0
         self._restart_delay = RESTART_BACKOFF[0]
         self._polls = 0
@@ -200,10 +203,11 @@ class StorageGuard:
         """Answer frozen accounts' puts, look once (a start on a short disk freezes at once), then keep watch."""
         self._sub = await self.conn.control.subscribe(f"{REFUSED_ROOT}.*.>", cb=self._refuse)
         await self.check()
-        if not self._frozen:
+        if self.shared and not self._frozen:
             # the accounts as the broker holds them may be frozen though this guard never froze them:
-            # on a cluster, by the guard of a node that lost the lease in the middle of a freeze (or
-            # before its thaw). Thawed here, each account whose claims are not as they should be
+            # by the guard of a node that lost the lease in the middle of a freeze (or before its
+            # thaw). Thawed here, each account whose claims are not as they should be (alone, the
+            # start's own push of every account did that already)
             try:
                 await self.set_frozen(False)
             except Exception as exc:  # the next thaw or freeze pushes them all again

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import envelope
-from ..errors import SpecError
+from ..errors import SpecError, out_of_range
 from ..names import LANES, lane_consumer
 from .message import PeekedMessage
 from .session import Session
@@ -140,12 +140,10 @@ class Inspecting:
         counts: dict[str, int] = {}
         cursor: Optional[str] = None
         if not isinstance(path, (str, Path)) or not str(path).strip():
-            raise SpecError(f"path must be a file's path (got {path!r}).", errors=[{"field": "path", "message":
-                                                                                   "must be a file's path"}])
+            raise out_of_range("path", "a file's path", repr(path))
         target = Path(path)
         if target.is_dir():
-            raise SpecError(f"path must be a file's path, not a directory (got {str(target)!r}).",
-                            errors=[{"field": "path", "message": "must be a file's path, not a directory"}])
+            raise out_of_range("path", "a file's path, not a directory", repr(str(target)))
         self._session.check_open()
         partial = target.with_name(target.name + ".partial")
         try:

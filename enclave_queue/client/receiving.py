@@ -25,7 +25,7 @@ from typing import Any, Optional
 from nats.aio.msg import Msg
 
 from .. import envelope
-from ..errors import EnclaveError, SpecError
+from ..errors import EnclaveError, SpecError, out_of_range
 from . import acks, message
 from .message import Message
 from .pulls import MIN_SLICE, NO_WAIT_ANSWER, PULL_GRACE, pull, pull_any
@@ -222,14 +222,11 @@ class Receiving:
         """Ack many received messages, waiting once for all the broker's confirmations.
         ``confirm=False``: send them without waiting (see ``Message.ack``)."""
         if isinstance(messages, (str, bytes, Message)) or not isinstance(messages, Iterable):
-            raise SpecError(f"messages must be a list of received messages (got {type(messages).__name__}).",
-                            errors=[{"field": "messages", "message": "must be a list of received messages"}])
+            raise out_of_range("messages", "a list of received messages", f"a {type(messages).__name__}")
         messages = list(messages)
         if not all(isinstance(m, Message) for m in messages):
-            raise SpecError("messages must be a list of received messages (it holds something else).",
-                            errors=[{"field": "messages", "message": "must be a list of received messages"}])
+            raise out_of_range("messages", "a list of received messages", "one holding something else")
         check_timeout(timeout)
         if not isinstance(confirm, bool):
-            raise SpecError(f"confirm must be True or False (got {confirm!r}).",
-                            errors=[{"field": "confirm", "message": "must be True or False"}])
+            raise out_of_range("confirm", "True or False", repr(confirm))
         await message.ack_all(self._session, messages, timeout, confirm=confirm)

@@ -181,7 +181,7 @@ class Sending:
         data, content = envelope.encode(body)
         await self.check_size(data)
         now = datetime.now(UTC)
-        merged = {**(content or {}), **(headers or {}), **envelope.put_headers(now, delay_s=delay, ttl_s=ttl)}
+        merged = {**(content or {}), **headers, **envelope.put_headers(now, delay_s=delay, ttl_s=ttl)}
         sending = PutUnderWay(msg_id, timeout, (await self._settings.stream()).dedupe_window)
         if delay > 0:
             due = now + timedelta(seconds=delay)

@@ -103,7 +103,7 @@ from ..names import (
 )
 from ..recent import Recent
 from ..retry import retry_unavailable
-from ..spec import subject_for
+from ..spec import MAX_SEQUENCE, subject_for
 from ..state.kv import RECENT_EVENTS, Store
 from ..state.notes import drop_note, write_note
 from ..state.queries import QueueIndex
@@ -894,7 +894,7 @@ class Mover:
 #: the most each field of a word may be: a stream sequence is a signed 64-bit number (10**30
 #: reached the broker as a malformed request), and a receive count past a million is no real one
 #: (it is signed into the dead letter as its receive count)
-MOST = {"seq": 2**63 - 1, "id": 2**63 - 1, "receive_count": envelope.MAX_PRIOR_ATTEMPTS}
+MOST = {"seq": MAX_SEQUENCE, "id": MAX_SEQUENCE, "receive_count": envelope.MAX_PRIOR_ATTEMPTS}
 
 
 def _counted(body: Any, field: str, *, needed: bool = True) -> Optional[int]:
@@ -905,7 +905,7 @@ def _counted(body: Any, field: str, *, needed: bool = True) -> Optional[int]:
     if value is None and not needed:
         return None
     number = envelope.whole_number(value)
-    most = MOST.get(field, 2**63 - 1)
+    most = MOST.get(field, MAX_SEQUENCE)
     if number is None or not 1 <= number <= most:
         raise ValueError(f"{field} must be a whole number from 1 to {most} (got {str(value)[:40]!r}).")
     return number

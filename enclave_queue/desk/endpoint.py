@@ -43,7 +43,7 @@ from ..queues.schedules import publish_delayed, turn_on
 from ..recent import Recent
 from ..retry import retry_unavailable
 from ..service import QueueService
-from ..spec import subject_for
+from ..spec import MAX_SEQUENCE, subject_for
 from ..state.kv import Store
 from ..state.queries import QueueIndex
 from ..state.records import QueueRecord
@@ -57,9 +57,6 @@ EXPORT_PAGE_BYTES = 512 * 1024  #: bytes of JSON one ``export`` page holds at mo
 
 def _problem(exc: EnclaveError) -> dict[str, Any]:
     return {"status": exc.status, "title": exc.title, "detail": exc.message, "errors": exc.errors}
-
-
-MAX_SEQUENCE = 2**63 - 1  #: a stream sequence is a signed 64-bit number (2**70 was a 500)
 
 
 def _int(body: dict[str, Any], field: str, low: int, high: int, default: Optional[int] = None) -> int:

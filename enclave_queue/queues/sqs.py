@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Optional
 
@@ -70,6 +70,7 @@ class Lease:
     receive_count: int
     until: float  #: epoch seconds
     first_received: Optional[float]  #: epoch seconds of the message's first receive, if known
+    stored: bool = False  #: kept in the store too (a visibility change's): deleted there with the message
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ class SqsMessages:
                 found = await self.store.sqs_leases.get(_lease_key(record.id, sealed["s"]))
                 if found is not None:
                     stored = found[0]
-                    lease = Lease(stored.receive_count, stored.until, stored.first_received)
+                    lease = Lease(stored.receive_count, stored.until, stored.first_received, stored=True)
                     self._remember(record.id, sealed["s"], lease)
         if lease is None:
             return float(sealed["u"])
@@ -210,15 +211,17 @@ class SqsMessages:
         if dead:
             await tell_mover(self.conn, record, sealed["r"])
         known = self._leases.get((record.id, sealed["s"]))
-        lease = Lease(sealed["n"], now + timeout - LEASE_MARGIN, known.first_received if known else None)
-        self._remember(record.id, sealed["s"], lease)
+        lease = Lease(sealed["n"], now + timeout - LEASE_MARGIN, known.first_received if known else None,
+                      stored=bool(known and known.stored))
         try:  # past a restart of this process too
             await self.store.sqs_leases.put(_lease_key(record.id, sealed["s"]),
                                             SqsLease(receive_count=lease.receive_count, until=lease.until,
                                                      first_received=lease.first_received))
+            lease = replace(lease, stored=True)
         except EnclaveError as exc:
             log.warning("the lease of message %s of queue %s was not stored (%s): it holds until this process "
                         "stops", sealed["s"], record.key, exc)
+        self._remember(record.id, sealed["s"], lease)
 
     async def _stored(self, record: QueueRecord, seq: int) -> bool:
         async with self.conn.account(record.id) as nc:
@@ -234,7 +237,8 @@ class SqsMessages:
         if until is None or time.time() > until:
             return False
         await settle(self.conn, record, sealed["r"], b"+ACK", "delete")
-        if self._leases.pop((record.id, sealed["s"]), None) is not None:
+        lease = self._leases.pop((record.id, sealed["s"]), None)
+        if lease is not None and lease.stored:  # a delete costs no write of the store otherwise
             with contextlib.suppress(EnclaveError):  # it would lapse by itself
                 await self.store.sqs_leases.delete(_lease_key(record.id, sealed["s"]))
         return True

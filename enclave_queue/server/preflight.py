@@ -19,7 +19,7 @@ from typing import Optional
 from ..auth.secrets import check_master_key
 from ..broker.storage import START_ROOM, free_bytes
 from ..errors import Conflict, EnclaveError, SpecError, StorageFull
-from ..settings import ADMIN_TOKEN_FILE, MASTER_KEY_FILE, RUNTIME_FILE, EnclaveSettings
+from ..settings import ADMIN_TOKEN_FILE, HOST_NAME, MASTER_KEY_FILE, RUNTIME_FILE, EnclaveSettings
 from ..spec import shown
 from ..web.proxies import TrustedProxies
 
@@ -131,8 +131,7 @@ def check_ports(settings: EnclaveSettings) -> None:
 
 
 #: a host to listen on: an IPv4 address or a DNS name (the broker's and the API's listeners take no IPv6 here)
-HOST = re.compile(r"(?:[0-9]{1,3}\.){3}[0-9]{1,3}|(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
-                  r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+HOST = re.compile(HOST_NAME)
 
 
 def check_before_start(settings: EnclaveSettings, log_levels: tuple[str, ...]) -> None:

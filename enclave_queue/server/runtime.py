@@ -235,7 +235,7 @@ class Runtime:
         self.callout = Callout(self.conn.callout, self.accounts.verify, self.accounts.keys)
         await self.callout.start()  # apps log in from here on
         self.storage = StorageGuard(s.broker_dir, s.file_store, self.conn, self.accounts.set_frozen,
-                                    self.accounts.restart_broker)
+                                    self.accounts.restart_broker, shared=s.clustered)
         if not s.clustered:
             await self.storage.start()
         await self._ensure_admin_token()

@@ -28,9 +28,8 @@ from enclave_queue.broker.config import control_reserve
 from enclave_queue.broker.storage import START_ROOM, free_bytes
 from enclave_queue.client import connect
 from enclave_queue.errors import BrokerUnavailable, StorageFull
-from enclave_queue.spec import QueueSpec
 from enclave_queue.testing import EnclaveStack
-from tests.helpers import eventually, make_queue
+from tests.helpers import eventually, make_queue, runtime_queue
 
 pytestmark = pytest.mark.slow
 
@@ -311,13 +310,8 @@ async def test_a_guard_that_starts_thaws_accounts_another_guard_left_frozen(runt
     """On a cluster the lease can move in the middle of a freeze: the accounts stay frozen on the
     broker while the new holder's guard has never frozen anything. A guard that starts thaws
     them (every put was refused as "disk full" until a restart)."""
-    await runtime.service.create(QueueSpec(name="thawed"))
-
-    async def ready():
-        return (await runtime.service.status("default", "thawed"))["state"] == "Ready"
-
-    await eventually(ready, timeout=20)
-    creds = await runtime.service.credentials("default", "thawed")
+    creds = await runtime_queue(runtime, "thawed")
+    runtime.storage.shared = True  # as on a cluster (alone, the start's own push thaws them)
     async with connect(creds) as queue:
         await queue.put("before")
         await runtime.storage.stop()

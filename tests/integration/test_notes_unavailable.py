@@ -5,24 +5,13 @@ moves, without its last error."""
 
 from enclave_queue.client import connect
 from enclave_queue.names import ERRORS_STREAM
-from enclave_queue.spec import QueueSpec
-from tests.helpers import eventually
-
-
-async def _ready(runtime, name, **spec):
-    await runtime.service.create(QueueSpec(name=name, **spec))
-
-    async def ready():
-        return (await runtime.service.status("default", name))["state"] == "Ready"
-
-    await eventually(ready, timeout=20)
-    return await runtime.service.credentials("default", name)
+from tests.helpers import runtime_queue
 
 
 async def test_nacks_receives_and_moves_go_on_without_the_notes(runtime):
-    await _ready(runtime, "notes-dlq")
-    creds = await _ready(runtime, "notes-src", max_receives=2, dead_letter_queue="notes-dlq",
-                         visibility_timeout_seconds=30)
+    await runtime_queue(runtime, "notes-dlq")
+    creds = await runtime_queue(runtime, "notes-src", max_receives=2, dead_letter_queue="notes-dlq",
+                                visibility_timeout_seconds=30)
     await runtime.conn.js.delete_stream(ERRORS_STREAM)
     async with connect(creds) as queue:
         await queue.put({"n": 1})

@@ -14,8 +14,14 @@ from enclave_queue.client import connect
 from enclave_queue.errors import SpecError
 from enclave_queue.names import stream_name
 from enclave_queue.retry import retry_unavailable
-from enclave_queue.spec import QueueSpec
-from tests.helpers import app_connection, eventually, make_queue, queue_account_connection, stream_config
+from tests.helpers import (
+    app_connection,
+    eventually,
+    make_queue,
+    queue_account_connection,
+    runtime_queue,
+    stream_config,
+)
 
 
 def _id(creds):
@@ -127,13 +133,7 @@ async def test_a_queue_with_delayed_messages_is_in_step_and_refuses_a_roll_up_fr
     """nats-server turns roll-ups on with schedules and will not turn them off: that is the desired
     configuration, not drift to 'repair' every resync. A Nats-Rollup header would delete every
     message of the queue: the SDK refuses the broker's own headers (the API always did)."""
-    await runtime.service.create(QueueSpec(name="rolls"))
-
-    async def ready():
-        return (await runtime.service.status("default", "rolls"))["state"] == "Ready"
-
-    await eventually(ready, timeout=20)
-    creds = await runtime.service.credentials("default", "rolls")
+    creds = await runtime_queue(runtime, "rolls")
     async with connect(creds) as queue:
         await queue.put("now")
         await queue.put("later", delay_s=30)  # schedules on, and with them roll-ups
