@@ -87,12 +87,15 @@ async def no_leaked_tasks() -> None:
     """Fail an async test that leaves asyncio tasks running (an unclosed client, say)."""
     yield
     await asyncio.sleep(0)
-    leaked = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    ending = {t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()}
+    if ending:  # one cancelled, or ending on its own (a stop spawned as the test's stops ran), has a moment
+        await asyncio.wait(ending, timeout=1.0)
+    leaked = [t for t in ending if not t.done()]
     if leaked:
         for task in leaked:
             task.cancel()
         await asyncio.gather(*leaked, return_exceptions=True)
-        pytest.fail(f"the test left asyncio tasks running: {[t.get_name() for t in leaked]}")
+        pytest.fail(f"the test left asyncio tasks running: {[f'{t.get_name()} {t.get_coro()!r}' for t in leaked]}")
 
 
 def files_under(root: Path) -> Iterator[Path]:

@@ -204,14 +204,16 @@ class Accounts:
         accounts = self.store.accounts
         while True:
             try:
-                async for key in accounts.watch_keys():
-                    found = await accounts.get(key)
-                    if found is None:
-                        self._records.pop(key, None)
-                        self._pushed.pop(key, None)
-                    elif key not in self._records or self._records[key][1] < found[1]:
-                        self._records[key] = found
-                        self._grace_changed.set()
+                # closed as the loop ends: a cancel during a get (not in the watch) would leave it open
+                async with contextlib.aclosing(accounts.watch_keys()) as keys:
+                    async for key in keys:
+                        found = await accounts.get(key)
+                        if found is None:
+                            self._records.pop(key, None)
+                            self._pushed.pop(key, None)
+                        elif key not in self._records or self._records[key][1] < found[1]:
+                            self._records[key] = found
+                            self._grace_changed.set()
             except (nats.errors.Error, EnclaveError) as exc:
                 log.warning("watch of the account records interrupted (%s); restarting it", exc)
                 await asyncio.sleep(0.5)

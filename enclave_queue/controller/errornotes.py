@@ -12,7 +12,6 @@ out another queue's notes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -23,6 +22,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
+from .. import pushes
 from ..broker.config import CONTROL_STREAM_BYTES
 from ..broker.connection import BrokerConnection, ensure_stream
 from ..broker.direct import direct_batch, direct_get_subject
@@ -71,8 +71,7 @@ class ErrorNotes:
 
     async def stop(self) -> None:
         if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+            await pushes.unsubscribe(self._sub)
         await stop_tasks(list(self._trims))
 
     async def forget(self, queue_id: str) -> None:

@@ -121,8 +121,9 @@ class Reconciler:
     async def _watch(self) -> None:
         while True:
             try:
-                async for key in self.store.queues.watch_keys():
-                    self.enqueue(key)
+                async with contextlib.aclosing(self.store.queues.watch_keys()) as keys:
+                    async for key in keys:
+                        self.enqueue(key)
             except (nats.errors.Error, EnclaveError) as exc:
                 log.warning("queue watch interrupted (%s); restarting it", exc)
                 await asyncio.sleep(0.5)

@@ -25,7 +25,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
-from .. import envelope
+from .. import envelope, pushes
 from ..broker.config import CONTROL_STREAM_BYTES
 from ..broker.connection import BrokerConnection, delete_message, ensure_stream
 from ..broker.tasks import stop_tasks
@@ -69,8 +69,7 @@ class Deadlines:
     async def stop(self) -> None:
         await stop_tasks([self._expiry])  # cancelled again if a cancel is lost (broker/tasks.py)
         if self._sub is not None:  # after the task: it may have subscribed as it was cancelled
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+            await pushes.unsubscribe(self._sub)
             self._sub = None
 
     async def _read_notes(self) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, Optional, TypeVar
 
 import nats.errors
@@ -31,6 +31,7 @@ from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, ValidationError
 
+from .. import pushes
 from ..errors import BrokerUnavailable, Conflict
 from ..names import ACCOUNTS_BUCKET, COUNTERS_BUCKET, QUEUES_BUCKET, STATUS_BUCKET, TOKENS_BUCKET
 from ..retry import placement_pending, retry_unavailable
@@ -61,6 +62,39 @@ LISTING_LINGER = 1.0
 WATCH_RECHECK = 1.0  #: seconds between a watch's looks at whether its connection was lost meanwhile
 #: events a queue's counters remember (``Store.count(once=…)``): more than can be in flight at a crash
 RECENT_EVENTS = 256
+
+
+#: the stops of watchers made after their maker was cancelled (a task is kept until it ends)
+_ABANDONED: set[asyncio.Task[None]] = set()
+
+
+@contextlib.asynccontextmanager
+async def _watcher(make: Callable[[], Awaitable[KeyValue.KeyWatcher]]) -> AsyncIterator[KeyValue.KeyWatcher]:
+    """The watcher ``make()`` makes, stopped when the block ends, however it ends: also when the
+    block is cancelled while nats-py makes it (after its subscribe), or the connection closed
+    first (``pushes``)."""
+    making = asyncio.ensure_future(make())
+    try:
+        watcher = await asyncio.shield(making)
+    except asyncio.CancelledError:  # it is made all the same: stopped once it is
+        making.add_done_callback(_stop_when_made)
+        raise
+    try:
+        yield watcher
+    finally:
+        await _stop(watcher)
+
+
+async def _stop(watcher: KeyValue.KeyWatcher) -> None:
+    await pushes.unsubscribe(watcher._sub)  # no end marker: nothing reads the watcher any more
+
+
+def _stop_when_made(making: asyncio.Future[KeyValue.KeyWatcher]) -> None:
+    if making.cancelled() or making.exception() is not None:
+        return
+    task = asyncio.ensure_future(_stop(making.result()))
+    _ABANDONED.add(task)
+    task.add_done_callback(_ABANDONED.discard)
 
 
 class Bucket(Generic[R]):
@@ -107,23 +141,22 @@ class Bucket(Generic[R]):
         first check races with the first deliveries, and about one listing in 300 came back
         empty from a full bucket (measured; at start-up that once made every queue's account
         look orphaned). An early marker is believed only when the broker says no key matches."""
-        watcher = await retry_unavailable(lambda: self._kv.watch(pattern, inactive_threshold=LISTING_LINGER))
         items: list[tuple[str, R, int]] = []
-        try:
-            while True:
-                entry = await watcher.updates(timeout=OP_TIMEOUT)
-                if entry is None:
-                    if not await self._any_key(pattern):
+        async with _watcher(lambda: retry_unavailable(
+                lambda: self._kv.watch(pattern, inactive_threshold=LISTING_LINGER))) as watcher:
+            try:
+                while True:
+                    entry = await watcher.updates(timeout=OP_TIMEOUT)
+                    if entry is None:
+                        if not await self._any_key(pattern):
+                            break
+                        continue  # entries are on their way
+                    if entry.operation is None and entry.value:
+                        items.append((entry.key, self._model.model_validate_json(entry.value), entry.revision))
+                    if entry.delta == 0:
                         break
-                    continue  # entries are on their way
-                if entry.operation is None and entry.value:
-                    items.append((entry.key, self._model.model_validate_json(entry.value), entry.revision))
-                if entry.delta == 0:
-                    break
-        except nats.errors.TimeoutError as exc:
-            raise BrokerUnavailable("The state store did not answer in time.") from exc
-        finally:
-            await watcher.stop()
+            except nats.errors.TimeoutError as exc:
+                raise BrokerUnavailable("The state store did not answer in time.") from exc
         return items
 
     async def _any_key(self, pattern: str) -> bool:
@@ -145,14 +178,7 @@ class Bucket(Generic[R]):
         seconds): a restarted broker forgot the watch's consumer, and nats-py would only find out
         after two missed heartbeats (10 s); watch again."""
         reconnects = self.reconnects()
-        making = asyncio.ensure_future(retry_unavailable(lambda: self._kv.watch(">")))
-        try:
-            watcher = await asyncio.shield(making)
-        except asyncio.CancelledError:  # a watch made as this one was stopped is stopped too (nats-py's
-            with contextlib.suppress(Exception):  # heartbeat check would outlive it by 10 s)
-                await (await making).stop()
-            raise
-        try:
+        async with _watcher(lambda: retry_unavailable(lambda: self._kv.watch(">"))) as watcher:
             while True:
                 try:
                     entry = await watcher.updates(timeout=recheck)
@@ -167,19 +193,13 @@ class Bucket(Generic[R]):
                     with contextlib.suppress(ValidationError):  # unreadable: as if unknown (a get raises)
                         record = self._model.model_validate_json(entry.value)
                 yield entry.key, record
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()
 
     async def watch_keys(self) -> AsyncIterator[str]:
         """Keys as they change, from now on (deletes included)."""
-        watcher = await self._kv.watch(">", meta_only=True)
-        try:
+        async with _watcher(lambda: self._kv.watch(">", meta_only=True)) as watcher:
             async for entry in watcher:
                 if entry is not None:
                     yield entry.key
-        finally:
-            await watcher.stop()
 
 
 class Store:

@@ -7,6 +7,7 @@ Everything here reads the state store only (kv.py); the broker is asked nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Collection
 from typing import Optional
@@ -91,8 +92,9 @@ class QueueIndex:
         while True:
             try:
                 self._reconnects = self.store.queues.reconnects()
-                async for key, record in self.store.queues.watch():
-                    self._seen(key, record)
+                async with contextlib.aclosing(self.store.queues.watch()) as watch:
+                    async for key, record in watch:
+                        self._seen(key, record)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the broker restarting, say: read fresh until the watch is back
