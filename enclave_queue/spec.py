@@ -133,7 +133,8 @@ def _bounded(field: str, *, default: bool = True) -> Any:
 
 
 MAX_DEDUPE_KEY = 128  #: characters of a dedupe key (sent as the message's Nats-Msg-Id)
-DEDUPE_KEY_RULE = f"a text of 1 to {MAX_DEDUPE_KEY} printable characters"
+#: it travels as a header value, which the broker's clients trim: " a" would be the key "a"
+DEDUPE_KEY_RULE = f"a text of 1 to {MAX_DEDUPE_KEY} printable characters, not beginning or ending with a space"
 MAX_RECEIVE = 100  #: messages one receive by hand may take
 MAX_RECEIVE_WAIT = 20  #: seconds a receive by hand may wait
 MAX_PEEK = 100  #: messages one peek may return
@@ -177,7 +178,7 @@ REQUEST_RULES = {
 def check_dedupe_key(key: Any) -> str:
     """A dedupe key as given, if it follows DEDUPE_KEY_RULE; raises SpecError otherwise. It
     travels as a header value, so line breaks and other control characters are refused."""
-    if isinstance(key, str) and 1 <= len(key) <= MAX_DEDUPE_KEY and key.isprintable():
+    if isinstance(key, str) and 1 <= len(key) <= MAX_DEDUPE_KEY and key.isprintable() and key == key.strip():
         return key
     got = f"{len(key)} characters" if isinstance(key, str) and len(key) > MAX_DEDUPE_KEY else repr(key)
     raise out_of_range("dedupe_key", DEDUPE_KEY_RULE, got)

@@ -15,7 +15,12 @@ anything reads a request's body.
    bytes}``): its first read of a body over it raises ``BodyTooLarge``, nothing read, and it
    answers that itself.
 
-Both answers are JSON problems (problems.py).
+3. A HEAD request is answered as its GET, without the body.
+4. A path holding an encoded '/' (``%2F``) is refused (400): the router decodes it first, so
+   ``…/queues/a%2Fcredentials`` ran the credentials route of queue ``a``, which a proxy that
+   allows or blocks by path would not expect.
+
+The answers are JSON problems (problems.py).
 """
 
 from __future__ import annotations
@@ -104,6 +109,19 @@ def _hardened(scope: Scope, send: Send) -> Send:
     return hardened_send
 
 
+def _bodiless(send: Send) -> Send:
+    """``send`` keeping an answer's head (its Content-Length included) and dropping its body."""
+
+    async def head_only(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            if message.get("more_body", False):
+                return
+            message = {"type": "http.response.body", "body": b"", "more_body": False}
+        await send(message)
+
+    return head_only
+
+
 def _not_json(scope: Scope) -> Optional[str]:
     """Why an API request's body cannot be read as JSON, if it cannot: sent without
     ``Content-Type: application/json`` (``curl -d`` sends a form's type, and the body was then
@@ -134,12 +152,18 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if scope["method"] == "HEAD":  # answered as a GET is, without the body (HTTP's rule; FastAPI routes GET only)
+            scope, send = {**scope, "method": "GET"}, _bodiless(send)
         send = _hardened(scope, send)
         head = sum(len(key) + len(value) + 4 for key, value in scope["headers"]) + len(scope.get("raw_path") or b"")
         if head > HEAD_LIMIT:  # before the token: a huge head is refused unread, as a problem
             await problems.problem(431, "Request header fields too large",
                                    f"The request's head is {head} bytes; at most {HEAD_LIMIT} are accepted.")(
                 scope, receive, send)
+            return
+        if b"%2f" in (scope.get("raw_path") or b"").lower():  # routed as a '/': another route would run
+            await problems.problem(400, "Bad request", "A path may not hold an encoded '/' (%2F): no name, "
+                                   "receipt or id has one.")(scope, receive, send)
             return
         if needs_token(scope["path"]):
             try:

@@ -34,7 +34,8 @@ from .settings import Settings
 
 #: a header's name: an HTTP token (RFC 9110), as NATS headers are
 HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,255}")
-HEADERS_RULE = "a dict of header names (letters, digits or !#$%&'*+.^_`|~-) to text without line breaks"
+HEADERS_RULE = ("a dict of header names (letters, digits or !#$%&'*+.^_`|~-) to text without line breaks, "
+                "not beginning or ending with white space (NATS trims it)")
 
 
 def check_headers(headers: Any) -> dict[str, str]:
@@ -52,7 +53,8 @@ def check_headers(headers: Any) -> dict[str, str]:
             # had a delayed message allows roll-ups: nats-server turns them on with schedules)
             raise out_of_range("headers", f"{HEADERS_RULE}, none of the broker's own but Nats-Msg-Id",
                                f"the name {name!r}")
-        if not isinstance(value, str) or any(c in value for c in "\r\n\0"):  # what would break the header block
+        # what would break the header block, or not come back as it was
+        if not isinstance(value, str) or any(c in value for c in "\r\n\0") or value != value.strip():
             raise out_of_range("headers", HEADERS_RULE, f"{value!r} for {name!r}")
     return headers
 

@@ -13,6 +13,7 @@ import secrets
 from typing import Any, Optional
 
 from ..broker.connection import BrokerConnection, delete_message
+from ..envelope import SOURCE_QUEUE
 from ..errors import NotFound, field_error, out_of_range
 from ..names import stream_name
 from ..retry import retry_unavailable
@@ -96,6 +97,11 @@ class DeadLetterOps:
         """Send one letter back to its source queue (a new message: its receive count starts over)."""
         record = await self.lookup.ready(project, name)
         letter = await self._letter(record, seq)
+        if not letter.headers.get(SOURCE_QUEUE):  # the route takes no destination: a redrive does
+            raise field_error("seq", "must be a letter Enclave dead-lettered (it names its source queue)",
+                              f"Message {seq} of queue '{name}' was not dead-lettered by Enclave, so it names no "
+                              "source queue to retry it to; move it with a redrive that names a destination "
+                              "(\"to\").")
         dest = await self.letters.destination(record, letter, None)
         new_seq = await self.letters.move_back(record, letter, dest)
         return {"queue": dest.spec.name, "sequence": new_seq}

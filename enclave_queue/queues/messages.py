@@ -69,7 +69,7 @@ from ..spec import (
     subject_for,
 )
 from ..state.kv import Store
-from ..state.records import QueueRecord
+from ..state.records import QueueRecord, SqsLease
 from .expiry import drop_expired
 from .letters import Letters
 from .lookup import Lookup, not_ready
@@ -89,6 +89,17 @@ def sender_headers(headers: dict[str, str]) -> dict[str, str]:
     return {key: value for key, value in headers.items()
             if not key.lower().startswith(("nats-", "enclave-")) and key.lower() != "content-type"}
 
+
+
+#: seconds taken off a lease as a receipt counts it: the broker's lease began when it delivered the
+#: message, a moment before this process saw it, and must never end before the receipt's does
+LEASE_MARGIN = 0.25
+
+
+def lease_key(queue_id: str, seq: int) -> str:
+    """The key of a message's lease changed by hand (an SQS visibility change, an API nack) in the
+    store's bucket of such leases."""
+    return f"{queue_id}.{seq}"
 
 
 async def settle(conn: BrokerConnection, record: QueueRecord, reply: str, payload: bytes, verb: str) -> None:
@@ -260,7 +271,7 @@ class Messages:
     def _received(self, record: QueueRecord, msg: Any, hidden_until: datetime) -> dict[str, Any]:
         """A received message as the API returns it, with its sealed receipt."""
         meta = msg.metadata
-        receipt = self.master.seal_handle(json.dumps({"r": msg.reply, "until": hidden_until.timestamp(),
+        receipt = self.master.seal_handle(json.dumps({"r": msg.reply, "until": hidden_until.timestamp() - LEASE_MARGIN,
                                                      "n": meta.num_delivered}).encode(),
                                           RECEIPT_PURPOSE, record.id)
         headers = dict(msg.headers or {})
@@ -295,8 +306,10 @@ class Messages:
 
     # -- delete and nack by receipt -------------------------------------------------------------
 
-    def _unseal_receipt(self, record: QueueRecord, receipt: str) -> dict[str, Any]:
-        """The receipt's content; SpecError if it is not one of this queue's, Conflict if expired."""
+    async def _unseal_receipt(self, record: QueueRecord, receipt: str) -> dict[str, Any]:
+        """The receipt's content; SpecError if it is not one of this queue's, Conflict once its
+        receive is over: expired, or handed back by a nack (the broker would take its ack or nack
+        as the next receive's: it settles by stream sequence)."""
         name, project = record.spec.name, record.spec.project
         try:
             sealed = json.loads(self.master.unseal_handle(receipt, RECEIPT_PURPOSE, record.id))
@@ -306,12 +319,20 @@ class Messages:
             expired = datetime.fromtimestamp(sealed["until"], UTC).isoformat(timespec="seconds")
             raise Conflict(f"The receipt expired at {expired} with its visibility timeout; the message may "
                            "have been received again. Receive it again to delete or nack it.")
+        receive_count, seq = delivery_counts(sealed["r"])
+        ended = None
+        with contextlib.suppress(EnclaveError):  # unreadable: as if never handed back (the time holds)
+            ended = await self.store.sqs_leases.get(lease_key(record.id, seq))
+        if ended is not None and (ended[0].receive_count > receive_count or (
+                ended[0].receive_count == receive_count and time.time() > ended[0].until)):
+            raise Conflict("The message of this receipt was handed back (nacked), and may have been received "
+                           "again. Receive it again to delete or nack it.")
         return sealed
 
     async def delete_message(self, project: str, name: str, receipt: str) -> None:
         """Delete a received message by its receipt handle (acknowledge it to the broker)."""
         record = await self.lookup.live(project, name)
-        sealed = self._unseal_receipt(record, receipt)
+        sealed = await self._unseal_receipt(record, receipt)
         await settle(self.conn, record, sealed["r"], b"+ACK", "delete")
 
     async def delete_sequence(self, project: str, name: str, seq: int) -> None:
@@ -336,12 +357,18 @@ class Messages:
         if not 0 <= delay <= MAX_NACK_DELAY:
             raise out_of_range("delay", NACK_DELAY_RULE, repr(delay))
         record = await self.lookup.live(project, name)
-        sealed = self._unseal_receipt(record, receipt)
-        receive_count = sealed.get("n", 1)
+        sealed = await self._unseal_receipt(record, receipt)
+        receive_count, seq = delivery_counts(sealed["r"])
         last = last_receive(receive_count, record.spec.max_receives)
         if last:  # not delivered again: the mover is told below (messages held DEAD_GRACE: envelope.py)
             delay = max(delay, DEAD_GRACE)
         payload = nak_payload(delay, receive_count, list(record.spec.retry_backoff_seconds or []))
         await settle(self.conn, record, sealed["r"], payload, "nack")
+        try:  # the receipt is spent: its ack or nack would be the next receive's
+            await self.store.sqs_leases.put(lease_key(record.id, seq), SqsLease(receive_count=receive_count,
+                                                                                  until=time.time()))
+        except EnclaveError as exc:
+            log.warning("the nack of message %s of queue %s was not stored (%s): its receipt holds until it "
+                        "expires", seq, record.key, exc)
         if last:
             await tell_mover(self.conn, record, sealed["r"])

@@ -118,16 +118,16 @@ async def run_redrive(task: RedriveTask, record: QueueRecord, letters: Letters) 
                     break
                 chosen.append(letter)
             for i in range(0, len(chosen), chunk_size):
+                if task.rate and not task.dry_run:  # paced before a chunk: the last one ends the task at once
+                    ahead = task.moved / task.rate - (time.monotonic() - started)
+                    while ahead > 0 and not task.stop_requested:
+                        await asyncio.sleep(min(ahead, 0.05))
+                        ahead = task.moved / task.rate - (time.monotonic() - started)
                 if task.stop_requested:
                     raise _Stopped
                 failed = task.failed
                 await _move_chunk(task, record, letters, chosen[i:i + chunk_size], destinations, contiguous)
                 contiguous = contiguous and task.failed == failed
-                if task.rate and not task.dry_run:
-                    ahead = task.moved / task.rate - (time.monotonic() - started)
-                    while ahead > 0 and not task.stop_requested:
-                        await asyncio.sleep(min(ahead, 0.05))
-                        ahead = task.moved / task.rate - (time.monotonic() - started)
             if task.max is not None and task.moved >= task.max:
                 break
         if task.filter_error or task.source or task.max is None:

@@ -37,20 +37,13 @@ from ..spec import subject_for
 from ..state.kv import Store
 from ..state.records import QueueRecord, SqsLease
 from .expiry import drop_expired
-from .messages import Messages, settle, take, tell_mover
+from .messages import LEASE_MARGIN, Messages, lease_key, settle, take, tell_mover
 
 log = logging.getLogger("enclave.sqs")
 
 RECEIPT_PURPOSE = "sqs-receipt"
-#: seconds taken off a lease as the endpoint counts it: the broker's lease began when it delivered
-#: the message, a moment before the endpoint saw it, and must never end before the endpoint's does
-LEASE_MARGIN = 0.25
 MAX_TOTAL_VISIBILITY = 43200  #: seconds a receive may keep a message hidden in all, as in SQS
 MAX_LEASES = 200_000  #: leases remembered; past this, those that ended are forgotten
-
-
-def _lease_key(queue_id: str, seq: int) -> str:
-    return f"{queue_id}.{seq}"
 
 
 class ReceiptInvalid(SpecError):
@@ -180,7 +173,7 @@ class SqsMessages:
         lease = self._leases.get((record.id, sealed["s"]))
         if lease is None:
             with contextlib.suppress(EnclaveError):
-                found = await self.store.sqs_leases.get(_lease_key(record.id, sealed["s"]))
+                found = await self.store.sqs_leases.get(lease_key(record.id, sealed["s"]))
                 if found is not None:
                     stored = found[0]
                     lease = Lease(stored.receive_count, stored.until, stored.first_received, stored=True)
@@ -214,7 +207,7 @@ class SqsMessages:
         lease = Lease(sealed["n"], now + timeout - LEASE_MARGIN, known.first_received if known else None,
                       stored=bool(known and known.stored))
         try:  # past a restart of this process too
-            await self.store.sqs_leases.put(_lease_key(record.id, sealed["s"]),
+            await self.store.sqs_leases.put(lease_key(record.id, sealed["s"]),
                                             SqsLease(receive_count=lease.receive_count, until=lease.until,
                                                      first_received=lease.first_received))
             lease = replace(lease, stored=True)
@@ -240,7 +233,7 @@ class SqsMessages:
         lease = self._leases.pop((record.id, sealed["s"]), None)
         if lease is not None and lease.stored:  # a delete costs no write of the store otherwise
             with contextlib.suppress(EnclaveError):  # it would lapse by itself
-                await self.store.sqs_leases.delete(_lease_key(record.id, sealed["s"]))
+                await self.store.sqs_leases.delete(lease_key(record.id, sealed["s"]))
         return True
 
     # -- purge ----------------------------------------------------------------------------------

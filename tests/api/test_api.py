@@ -299,3 +299,43 @@ def test_a_receipt_expires_with_its_visibility_timeout(stack, http, unique_name)
     (again,) = http.post(f"{base}/receive", json={"wait": 10}).json()["messages"]
     assert again["receive_count"] == 2
     assert http.delete(f"{base}/{again['receipt']}").status_code == 204
+
+
+def test_a_nacked_receipt_is_spent_and_cannot_touch_the_next_receive(stack, http, unique_name):
+    # the broker settles by stream sequence: the old receipt's delete would delete the message the
+    # next worker holds, its nack would hand that worker's message to a third
+    make_queue(stack, unique_name, visibility_timeout_seconds=30)
+    base = f"/v1/projects/default/queues/{unique_name}/messages"
+    http.post(base, json={"body": "one"})
+    (first,) = http.post(f"{base}/receive", json={"wait": 1}).json()["messages"]
+    assert http.post(f"{base}/{first['receipt']}/nack").status_code == 204
+    (second,) = http.post(f"{base}/receive", json={"wait": 5}).json()["messages"]
+    assert (second["sequence"], second["receive_count"]) == (first["sequence"], 2)
+    for stale in (http.delete(f"{base}/{first['receipt']}"), http.post(f"{base}/{first['receipt']}/nack")):
+        assert "handed back" in problem(stale, 409)["detail"]
+    assert http.post(f"{base}/receive", json={"wait": 0.5}).json()["messages"] == []  # still the second's
+    assert http.delete(f"{base}/{second['receipt']}").status_code == 204
+    stats = http.get(f"/v1/projects/default/queues/{unique_name}/stats").json()
+    assert (stats["waiting"], stats["in_flight"]) == (0, 0)
+
+
+def test_keys_and_header_values_the_broker_would_trim_are_refused(stack, http, unique_name):
+    make_queue(stack, unique_name)
+    base = f"/v1/projects/default/queues/{unique_name}/messages"
+    assert http.post(base, json={"body": "first", "dedupe_key": "order-1"}).status_code == 201
+    for key in (" order-1", "order-1 ", " "):  # " order-1" had been taken as order-1's duplicate, " " as no key
+        body = problem(http.post(base, json={"body": "other", "dedupe_key": key}), 422)
+        assert body["errors"][0]["field"] == "dedupe_key" and "space" in body["errors"][0]["message"]
+    for value in ("  abc  ", "abc ", " "):  # they came back as "abc" and ""
+        body = problem(http.post(base, json={"body": "other", "headers": {"X-A": value}}), 422)
+        assert body["errors"][0]["field"] == "headers" and "space" in body["errors"][0]["message"]
+    assert http.post(base, json={"body": "kept", "headers": {"X-A": "a b"}}).status_code == 201
+    messages = http.post(f"{base}/receive", json={"max": 10, "wait": 1}).json()["messages"]
+    assert [(m["body"], m["headers"]) for m in messages] == [("first", {}), ("kept", {"X-A": "a b"})]
+
+
+def test_a_body_project_of_another_json_type_is_shown_as_json(stack, http, unique_name):
+    for given, shown in ((None, "(null)"), (True, "(true)"), (5, "(5)"), ({"a": 1}, "(an object)"), ("other", "('other')")):
+        body = problem(http.post("/v1/projects/default/queues", json={"name": unique_name, "project": given}), 422)
+        assert body["errors"][0]["field"] == "project" and shown in body["detail"] and "None" not in body["detail"]
+    assert http.get(f"/v1/projects/default/queues/{unique_name}").status_code == 404

@@ -140,3 +140,27 @@ def test_api_answers_are_not_cached_and_no_answer_is_sniffed(stack, http, unique
         assert answer.headers["x-content-type-options"] == "nosniff", path
     for path in ("/healthz", "/sign-in", "/static/console.css"):
         assert httpx.get(stack.api_url + path).headers["x-content-type-options"] == "nosniff", path
+
+
+def test_an_encoded_slash_in_a_path_is_refused_not_routed_as_a_separator(stack, http, unique_name):
+    # the router decodes %2F first: a queue's path ran its credentials route and a delete by sequence
+    make_queue(stack, unique_name)
+    http.post(f"/v1/projects/default/queues/{unique_name}/messages", json={"body": "kept"})
+    for method, path in (("GET", f"/v1/projects/default/queues/{unique_name}%2Fcredentials"),
+                         ("GET", f"/v1/projects/default%2Fqueues%2F{unique_name}%2Fstats"),
+                         ("DELETE", f"/v1/projects/default/queues/{unique_name}%2fmessages%2Fsequence%2F1"),
+                         ("GET", "/console%2Fqueues")):
+        body = problem(http.request(method, httpx.URL(stack.api_url + path)), 400)
+        assert "%2F" in body["detail"] and "password" not in body["detail"]
+    assert http.get(f"/v1/projects/default/queues/{unique_name}/stats").json()["waiting"] == 1
+
+
+def test_head_is_answered_as_get_without_a_body(stack, http, unique_name):
+    make_queue(stack, unique_name)
+    for path in (f"/v1/projects/default/queues/{unique_name}", f"/v1/projects/default/queues/{unique_name}/stats",
+                 "/v1/projects/default/queues", "/healthz"):
+        got, head = http.get(path), http.head(path)
+        assert (head.status_code, head.content) == (200, b""), path
+        assert head.headers["content-type"] == got.headers["content-type"], path
+    assert http.head("/v1/projects/default/queues/no-such-queue").status_code == 404
+    assert httpx.head(f"{stack.api_url}/v1/projects/default/queues").status_code == 401  # a token all the same

@@ -79,7 +79,7 @@ def queue(stack, unique_name) -> str:
     ("/messages", {"body": "x", "delay_seconds": "5"}, "delay_seconds",
      "must be a number of seconds from 0 to 604800 (7 days) (got '5')"),
     ("/messages", {"body": "x", "dedupe_key": 42}, "dedupe_key",
-     "must be a text of 1 to 128 printable characters (got 42)"),
+     "must be a text of 1 to 128 printable characters, not beginning or ending with a space (got 42)"),
     ("/messages", {"body_base64": 42}, "body_base64",
      "must be standard base64 text (A–Z, a–z, 0–9, '+', '/', '=' padding) (got 42)"),
     ("/redrives", {"dry_run": "yes"}, "dry_run", "must be true or false (got 'yes')"),

@@ -348,6 +348,18 @@ def test_redrive_dry_run_filter_max_rate_and_the_rest(stack, queues):
     assert sorted(asyncio.run(drain(creds))) == sorted(f"m{i}" for i in range(10))
 
 
+def test_a_slow_redrive_ends_with_its_last_letter_not_a_pace_later(stack, queues):
+    # one letter every 1000 s: the first goes at once, and nothing is left to wait for after it
+    name, creds, dlq, _ = queues
+    dead_letters_via_reject(stack, name, dlq, ["e"])
+    with stack.admin() as admin:
+        task = admin.start_redrive("default", dlq, rate=0.001)
+        done = asyncio.run(eventually(lambda: (t := admin.redrive_status("default", dlq, task["id"]))["state"] != "running"
+                                      and t, timeout=20))
+    assert (done["state"], done["moved"]) == ("done", 1)
+    assert asyncio.run(drain(creds)) == ["m0"]
+
+
 def test_a_cancelled_redrive_run_again_moves_the_rest_once(stack, queues):
     name, creds, dlq, _ = queues
     dead_letters_via_reject(stack, name, dlq, ["e"] * 12)

@@ -54,8 +54,8 @@ async def test_forged_source_headers_are_not_read_as_provenance(stack, setup):
         assert letter["receive_count"] is None and letter["last_error"] is None
 
     with stack.admin() as admin:
-        for letter in listed:  # a retry needs an explicit destination
-            with pytest.raises(SpecError, match="give a destination"):
+        for letter in listed:  # a retry takes none: a redrive names the destination
+            with pytest.raises(SpecError, match="a redrive that names a destination"):
                 admin.retry_dead_letter("default", dlq, letter["sequence"])
         task = admin.start_redrive("default", dlq)
         done = await eventually(lambda: (t := admin.redrive_status("default", dlq, task["id"]))["state"] != "running"

@@ -175,7 +175,7 @@ async def test_acks_given_just_before_close_are_not_lost(stack, unique_name, mod
         await queue.delete_many(back)
 
 
-async def test_header_values_with_any_text_but_line_breaks_go_through(stack, unique_name):
+async def test_header_values_with_any_text_but_line_breaks_and_edge_spaces_go_through(stack, unique_name):
     creds = make_queue(stack, unique_name)
     values = {"X-Tab": "a\tb", "X-Price": "10\xa0€", "X-Family": "👨\u200d👩\u200d👧", "X-Empty": ""}
     async with connect(creds) as queue:
@@ -183,7 +183,7 @@ async def test_header_values_with_any_text_but_line_breaks_go_through(stack, uni
         message = await queue.get(timeout_s=5)
         assert {k: message.headers.get(k) for k in values} == values
         await message.ack()
-        for bad in ("a\rb", "a\nb", "a\x00b"):
+        for bad in ("a\rb", "a\nb", "a\x00b", " a", "a ", "a\t"):  # NATS trims values: they would not come back
             with pytest.raises(SpecError, match="^headers must be"):
                 await queue.put("h", headers={"X-Bad": bad})
         with pytest.raises(SpecError, match="^body must be .* lone surrogate"):

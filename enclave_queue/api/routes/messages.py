@@ -60,7 +60,7 @@ HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")
 RESERVED_HEADERS = re.compile(r"(?i)(nats-|enclave-|content-type$)")
 HEADERS_RULE = (f"an object of at most {MAX_HEADERS} headers: each name 1–64 letters, digits or !#$%&'*+.^_`|~- "
                 f"(not Content-Type, nor beginning with Nats- or Enclave-), each value text of at most "
-                f"{MAX_HEADER_VALUE} printable characters")
+                f"{MAX_HEADER_VALUE} printable characters, not beginning or ending with a space")
 
 
 def check_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
@@ -71,9 +71,9 @@ def check_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
     for key, value in headers.items():
         if not HEADER_NAME.fullmatch(key) or RESERVED_HEADERS.match(key):
             raise field_error("headers", f"has a name that is not a header's own: {HEADERS_RULE} (got {key!r})")
-        if len(value) > MAX_HEADER_VALUE or not value.isprintable():
-            raise field_error("headers", f"has a value that is not {MAX_HEADER_VALUE} printable characters at most "
-                                         f"(header {key!r})")
+        if len(value) > MAX_HEADER_VALUE or not value.isprintable() or value != value.strip():  # NATS trims them
+            raise field_error("headers", f"has a value that is not {MAX_HEADER_VALUE} printable characters at most, "
+                                         f"not beginning or ending with a space (header {key!r})")
     return headers
 
 

@@ -6,12 +6,13 @@ describes those bodies with the QueueSpec and QueuePatch schemas (api/openapi.py
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Body, Query, Response
 
 from ...errors import field_error
-from ...spec import DEFAULT_GRACE, MAX_STATUS_WAIT, STATUS_WAIT_RULE, Queue, parse_patch, parse_spec
+from ...spec import DEFAULT_GRACE, MAX_STATUS_WAIT, STATUS_WAIT_RULE, Queue, parse_patch, parse_spec, shown
 from ...web.strictjson import StrictJSONRoute
 from ..auth import SECRET_READ
 from ..deps import DECIMAL, Service
@@ -35,9 +36,11 @@ async def list_queues(project: str, service: Service) -> list[Queue]:
 @router.post("", status_code=201)
 async def create_queue(project: str, service: Service, body: dict[str, Any] = Body(...)) -> Queue:
     if body.get("project", project) != project:
+        given = body["project"]
+        got = shown(given) if isinstance(given, str) else "an object" if isinstance(given, dict) else \
+            "a list" if isinstance(given, list) else shown(json.dumps(given))[1:-1]  # null, true, 5
         raise field_error("project", "must match the project in the path",
-                          f"project in the body ('{body['project']}') differs from the project in the path "
-                          f"('{project}').")
+                          f"project in the body ({got}) differs from the project in the path ('{project}').")
     return await service.create(parse_spec({**body, "project": project}))
 
 
