@@ -287,7 +287,10 @@ class QueueService:
         dlqs = {r.key: known.get(queue_key(r.spec.project, r.spec.dead_letter_queue))
                 for r, d in zip(records, depths, strict=True) if d is not None and r.spec.dead_letter_queue}
         wanted = {dlq.key: dlq for dlq in dlqs.values() if dlq is not None}
-        found = await asyncio.gather(*(self.tally.by_source(dlq) for dlq in wanted.values()), return_exceptions=True)
+        # a source's letters from its time on: those of a queue of its name deleted since are not its own
+        since = {(r.spec.project, r.spec.name): r.created_at for r in records if r.key in dlqs}
+        found = await asyncio.gather(*(self.tally.by_source(dlq, since) for dlq in wanted.values()),
+                                     return_exceptions=True)
         counts = {key: c for key, c in zip(wanted, found, strict=True) if not isinstance(c, BaseException)}
         out = []
         for record, depth in zip(records, depths, strict=True):

@@ -87,6 +87,14 @@ Backoff = Annotated[tuple[BackoffStep, ...], Field(min_length=1, max_length=MAX_
 #: largest size still fits with its own headers, and so does its dead letter (the mover adds
 #: about 400 bytes of headers and up to 1 KiB of error text)
 HEADER_ROOM = 4096
+#: bytes a sender's own headers may take, names and values together (each header counted with its
+#: ": " and line end): with Enclave's own and the dead-letter headers they stay within HEADER_ROOM
+SENDER_HEADER_BYTES = 2048
+
+
+def header_bytes(headers: dict[str, str]) -> int:
+    """Bytes ``headers`` take in a NATS header block."""
+    return sum(len(name.encode()) + len(value.encode()) + 4 for name, value in headers.items())
 
 #: the default ``max_bytes``: room for MAX_BYTES_FACTOR messages of the largest size, within these bounds
 MAX_BYTES_FACTOR = 256

@@ -109,8 +109,8 @@ class Message:
     or ``extend`` asked for one."""
 
     __slots__ = ("_session", "_settings", "data", "headers", "_reply", "receive_count", "sequence", "id",
-                 "attempts", "last_error", "_lease_end", "_server_lease", "_keeper", "_settled", "_lease_ran_out",
-                 "_window", "_last")
+                 "attempts", "last_error", "_lease_end", "_server_lease", "_lease_start", "_keeper", "_settled",
+                 "_lease_ran_out", "_window", "_last")
 
     def __init__(self, session: Session, settings: Settings, msg: Msg, consumer: Optional[dict[str, Any]] = None) -> None:
         """``consumer``: the queue's consumer settings (``Settings.consumer``), which say how long the
@@ -132,7 +132,9 @@ class Message:
         if consumer is not None:
             backoff = consumer["backoff"]
             self._server_lease = scheduled_delay(self.receive_count, backoff) if backoff else consumer["ack_wait"]
-        self._lease_end = time.monotonic() + self._server_lease
+        #: when the broker's lease began: the receive, or the last +WPI that renewed it
+        self._lease_start = time.monotonic()
+        self._lease_end = self._lease_start + self._server_lease
         self._keeper: Optional[asyncio.Task[None]] = None  #: holds or ends a lease other than the broker's
         self._settled = False
         self._lease_ran_out = False  #: settled by its lease's end (the keeper gave it back), not by a verb
@@ -193,18 +195,33 @@ class Message:
                 remaining = self._lease_end - time.monotonic()
                 if remaining <= 0:
                     break
-                step = self._server_lease / 2 if self._server_lease else remaining
+                server_lease = self._broker_lease()  # a lowered visibility timeout shortens it
+                step = server_lease / 2 if server_lease else remaining
                 await asyncio.sleep(min(remaining, step))
                 if self._lease_end - time.monotonic() > 0 and not self._settled:
                     await self._confirm(b"+WPI", leased=False)
+                    self._lease_start = time.monotonic()
             if not self._settled:
                 self._settled = self._lease_ran_out = True
                 await self._confirm(await self._hand_back_nak(0.0), leased=False, then=self._tell_if_dead)
 
+    def _broker_lease(self) -> float:
+        """How long the broker leases this receive as the queue is set now: a visibility timeout
+        lowered on a live queue shortens the leases under way (settings are read again every
+        CONSUMER_TTL seconds)."""
+        consumer = self._settings.cached("consumer")
+        if consumer is None:
+            return self._server_lease
+        backoff = consumer["backoff"]
+        return min(self._server_lease, scheduled_delay(self.receive_count, backoff) if backoff else consumer["ack_wait"])
+
     def _check_lease(self, verb: str) -> None:
         """Conflict if the message cannot be ``verb`` any more: its lease expired (it ran out, or its
-        keeper handed the message back at its end), or a verb settled it already."""
-        late = time.monotonic() - self._lease_end
+        keeper handed the message back at its end, or the broker's lease of it, shortened since,
+        did), or a verb settled it already."""
+        end = self._lease_end if self._keeper is not None else min(self._lease_end,
+                                                                    self._lease_start + self._broker_lease())
+        late = time.monotonic() - end
         if self._lease_ran_out or (late > 0 and not self._settled):
             raise Conflict(f"The lease on message {self.id} expired {max(late, 0.0):.1f} s ago (it ran out "
                            f"before the message was {verb}); it may be someone else's now, so it was not {verb}. "
@@ -262,6 +279,10 @@ class Message:
         """The ``-NAK`` that hands this receive back for ``delay_s`` seconds (None: the queue's retry
         schedule's). On the last receive the message will not come back: it is held DEAD_GRACE
         seconds, so only a lost word to the mover (``_tell_if_dead``) leaves it to the advisory."""
+        if self._last:  # held back and told to the mover: only if it still is (max_receives raised since?)
+            with contextlib.suppress(EnclaveError):  # unread: as it was at the receive
+                consumer = await self._settings.fresh("consumer")
+                self._last = envelope.last_receive(self.receive_count, consumer["max_deliver"])
         if delay_s == 0 and not self._last:
             return b"-NAK"  # at once: no schedule to compensate for
         backoff = await self._settings.backoff()
@@ -315,7 +336,8 @@ class Message:
                 self._keeper.cancel()
                 self._keeper = None
             await self._confirm(b"+WPI", verb="extended")
-            self._lease_end = time.monotonic() + self._server_lease
+            self._lease_start = time.monotonic()
+            self._lease_end = self._lease_start + self._broker_lease()
             return
         self._lease(lease_s)
         if lease_s < self._server_lease:
@@ -324,12 +346,9 @@ class Message:
 
 # -- many messages at once ------------------------------------------------------------------------
 
-async def received(session: Session, settings: Settings, msgs: list[Msg], lease_s: Optional[float]) -> list[Message]:
-    """Deliveries as handed over: expired ones dropped, over-tried ones dead-lettered, last errors
-    read, leases set (see the module's docstring)."""
-    if not msgs:
-        return []
-    config = settings.cached("consumer") or await settings.consumer()
+def _sorted(session: Session, settings: Settings, msgs: list[Msg],
+            config: dict[str, Any]) -> tuple[list[Message], list[Message], list[Message]]:
+    """Deliveries as messages: those to keep, those past their deadline, those over-tried."""
     max_deliver = config["max_deliver"]
     now: Optional[datetime] = None  #: read once, and only if a message has a deadline
     kept: list[Message] = []
@@ -347,6 +366,20 @@ async def received(session: Session, settings: Settings, msgs: list[Msg], lease_
             over.append(message)
         else:
             kept.append(message)
+    return kept, expired, over
+
+
+async def received(session: Session, settings: Settings, msgs: list[Msg], lease_s: Optional[float]) -> list[Message]:
+    """Deliveries as handed over: expired ones dropped, over-tried ones dead-lettered, last errors
+    read, leases set (see the module's docstring)."""
+    if not msgs:
+        return []
+    config = settings.cached("consumer") or await settings.consumer()
+    kept, expired, over = _sorted(session, settings, msgs, config)
+    if over:  # given up on for good: only if the limit still says so (max_receives raised meanwhile?)
+        with contextlib.suppress(EnclaveError):  # unread: as it was read last
+            if (fresh := await settings.fresh("consumer")) != config:
+                kept, expired, over = _sorted(session, settings, msgs, fresh)
     if expired:
         await session.desk("expire", {"seqs": [m.sequence for m in expired]})
         await acks.ack_unconfirmed(session, [m._reply for m in expired])  # their leases; the messages are gone

@@ -27,7 +27,7 @@ from nats.nuid import NUID
 
 from .. import envelope
 from ..errors import BrokerUnavailable, MaybeStored, MessageTooLarge, SpecError, out_of_range, publish_refused
-from ..spec import check_dedupe_key
+from ..spec import SENDER_HEADER_BYTES, check_dedupe_key, header_bytes
 from .grouping import GroupCommit
 from .session import DEFAULT_TIMEOUT, RESEND_AFTER, Backoff, Session, unavailable
 from .settings import Settings
@@ -56,6 +56,9 @@ def check_headers(headers: Any) -> dict[str, str]:
         # what would break the header block, or not come back as it was
         if not isinstance(value, str) or any(c in value for c in "\r\n\0") or value != value.strip():
             raise out_of_range("headers", HEADERS_RULE, f"{value!r} for {name!r}")
+    if (size := header_bytes(headers)) > SENDER_HEADER_BYTES:  # the rest of the room is a dead letter's
+        raise out_of_range("headers", f"{HEADERS_RULE}, at most {SENDER_HEADER_BYTES} bytes together",
+                           f"{size} bytes")
     return headers
 
 

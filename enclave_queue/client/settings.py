@@ -1,5 +1,5 @@
 """The queue's settings the SDK needs, read from its consumer and stream over a session and cached
-for SCHEDULE_TTL seconds: the lease, retry schedule and receives allowed; the largest body, the
+for CONSUMER_TTL and SCHEDULE_TTL seconds: the lease, retry schedule and receives allowed; the largest body, the
 priority lanes and the dedupe window; and, from the control plane, whether the broker syncs
 every write to disk before it acknowledges it (which makes group commits worth their cost).
 
@@ -20,7 +20,10 @@ from ..names import LANES
 from ..spec import HEADER_ROOM
 from .session import Session
 
-SCHEDULE_TTL = 30.0  #: seconds the queue's retry schedule and size limit are cached
+SCHEDULE_TTL = 30.0  #: seconds the queue's size limit, lanes, dedupe window and the broker's sync are cached
+#: seconds its lease, retry schedule and receives allowed are: a visibility timeout lowered on a live
+#: queue shortens the leases under way, and workers must know it soon
+CONSUMER_TTL = 5.0
 PRIORITY_LEVELS = (*reversed(LANES), 0)  #: a queue with ``priorities``: its levels, highest first
 BROKER_TIMEOUT = 2.0  #: seconds the control plane is given to say how the broker syncs
 CONSUMER_NOT_FOUND = 10014  #: the JetStream API's err_code for a consumer that does not exist
@@ -65,8 +68,13 @@ class Settings:
     async def _fetch(self, key: str) -> Any:
         read = {"consumer": self._read_consumer, "stream": self._read_stream, "broker": self._read_broker}[key]
         value = await read()
-        self._values[key] = (time.monotonic() + SCHEDULE_TTL, value)
+        self._values[key] = (time.monotonic() + (CONSUMER_TTL if key == "consumer" else SCHEDULE_TTL), value)
         return value
+
+    async def fresh(self, key: str) -> Any:
+        """Setting ``key`` read now, or by the read under way (what a decision that cannot be undone
+        rests on)."""
+        return await asyncio.shield(self._refresh(key))
 
     def cached(self, key: str) -> Any:
         """Setting ``key`` as last read, without awaiting anything (None if never read; a stale one

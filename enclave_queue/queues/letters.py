@@ -14,6 +14,7 @@ is new: its receive count starts again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Optional
 
 from ..auth.provenance import Provenance
@@ -29,6 +30,7 @@ from ..envelope import (
     SOURCE_SEQUENCE,
     body_view,
     clean_headers,
+    parse_time,
 )
 from ..errors import field_error
 from ..names import stream_name
@@ -61,9 +63,15 @@ class Letter:
         control plane wrote them (auth/provenance.py)."""
         return Letter(self.sequence, self.data, provenance.vouched(queue_id, self.headers, self.data), self.stored_at)
 
+    @property
+    def dead_lettered_at(self) -> Optional[datetime]:
+        return parse_time(self.headers.get(DEAD_LETTERED_AT))
+
     def of_queue(self, record: QueueRecord) -> bool:
-        """Whether this dead letter came from ``record``'s queue (a DLQ may serve several)."""
-        return self.came_from(record.spec.project, record.spec.name)
+        """Whether this dead letter came from ``record``'s queue (a DLQ may serve several): one of
+        its name dead-lettered before it was made came from a queue deleted since."""
+        at = self.dead_lettered_at
+        return self.came_from(record.spec.project, record.spec.name) and (at is None or at >= record.created_at)
 
     def came_from(self, project: str, name: str) -> bool:
         """Whether this dead letter came from queue ``name`` of ``project``."""

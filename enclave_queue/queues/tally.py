@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Optional
 
 from ..broker.connection import BrokerConnection
@@ -37,6 +39,8 @@ class _Seen:
 
     upto: int = 0
     sources: dict[int, Optional[Source]] = field(default_factory=dict)
+    #: each letter's time of dead-lettering (a queue deleted and made again is not counted the old one's)
+    times: dict[int, Optional[datetime]] = field(default_factory=dict)
 
 
 class DeadLetterTally:
@@ -48,8 +52,10 @@ class DeadLetterTally:
         self._seen: dict[str, _Seen] = {}  #: by dead-letter queue id
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def by_source(self, dlq: QueueRecord) -> Optional[Counter[Source]]:
-        """How many letters on ``dlq`` came from each (project, queue); None when it holds more
+    async def by_source(self, dlq: QueueRecord,
+                        since: Optional[Mapping[Source, datetime]] = None) -> Optional[Counter[Source]]:
+        """How many letters on ``dlq`` came from each (project, queue) (with ``since``, a source's
+        only from its time on: the queue of that name now, made then); None when it holds more
         than MAX_TALLIED messages. Conflict (not ready) if its stream does not answer."""
         lock = self._locks.setdefault(dlq.id, asyncio.Lock())
         async with lock:
@@ -61,16 +67,20 @@ class DeadLetterTally:
             first = state.first_seq or 0
             for seq in [s for s in seen.sources if s < first]:  # past retention, or purged
                 del seen.sources[seq]
+                seen.times.pop(seq, None)
             await self._read(dlq, seen, state.last_seq)
             if len(seen.sources) != state.messages:  # some went from the middle: read it all again
-                seen.upto, seen.sources = 0, {}
+                seen.upto, seen.sources, seen.times = 0, {}, {}
                 await self._read(dlq, seen, state.last_seq)
-            return Counter(source for source in seen.sources.values() if source is not None)
+            since = since or {}
+            return Counter(source for seq, source in seen.sources.items() if source is not None and (
+                source not in since or (at := seen.times.get(seq)) is None or at >= since[source]))
 
     async def count(self, dlq: QueueRecord, source: QueueRecord) -> Optional[int]:
         """How many letters on ``dlq`` came from ``source``; None when not counted by source."""
-        counts = await self.by_source(dlq)
-        return None if counts is None else counts[(source.spec.project, source.spec.name)]
+        key = (source.spec.project, source.spec.name)
+        counts = await self.by_source(dlq, {key: source.created_at})
+        return None if counts is None else counts[key]
 
     async def _read(self, dlq: QueueRecord, seen: _Seen, last: int) -> None:
         """Read ``dlq``'s messages stored after ``seen.upto``, up to ``last``, into ``seen``."""
@@ -86,6 +96,7 @@ class DeadLetterTally:
                 h = letter.headers
                 seen.sources[letter.sequence] = (h[SOURCE_PROJECT], h[SOURCE_QUEUE]) if (
                     SOURCE_PROJECT in h and SOURCE_QUEUE in h) else None
+                seen.times[letter.sequence] = letter.dead_lettered_at
                 seen.upto = letter.sequence
             more = more and seen.upto < last
 

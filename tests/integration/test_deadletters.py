@@ -490,3 +490,63 @@ def test_bad_dead_letter_and_backoff_input(stack, unique_name):
             admin.start_redrive("default", unique_name, to="nowhere")
         with pytest.raises(SpecError, match="rate must be"):
             admin.start_redrive("default", unique_name, to=unique_name + "x", rate=0)
+
+
+def test_a_queue_made_again_under_a_deleted_one_s_name_has_none_of_its_letters(stack, unique_name):
+    dlq = f"{unique_name}-dlq"
+    make_queue(stack, dlq)
+    make_queue(stack, unique_name, dead_letter_queue=dlq)
+    dead_letters_via_reject(stack, unique_name, dlq, ["old failure"])
+    with stack.admin() as admin:
+        admin.delete_queue("default", unique_name)
+    asyncio.run(eventually(lambda: _gone(stack, unique_name), timeout=20))
+    creds = make_queue(stack, unique_name, dead_letter_queue=dlq)
+    with stack.admin() as admin:
+        assert admin.stats("default", unique_name)["dead"] == 0
+        assert [m for m in admin.export("default", unique_name) if m["status"] == "dead"] == []
+        assert admin.clear("default", unique_name)["dead"] == 0
+
+    async def own_letters():
+        async with connect(creds) as queue:
+            return await queue.dead_letters(limit=50)
+
+    assert asyncio.run(own_letters()) == []
+    (kept,) = letters(stack, dlq)  # the DLQ still holds it, named for the queue it came from
+    assert (kept["source_queue"], kept["last_error"]) == (unique_name, "old failure")
+
+
+    async def fail_one():
+        async with connect(creds) as queue:
+            await queue.send("new")
+            await (await queue.get(timeout_s=5)).reject(error="new failure")
+
+    asyncio.run(fail_one())  # the new queue's own letters count
+    assert len(letters(stack, dlq)) == 2
+    with stack.admin() as admin:
+        assert admin.stats("default", unique_name)["dead"] == 1
+
+
+def _gone(stack, name) -> bool:
+    with stack.admin() as admin:
+        return name not in {q["name"] for q in admin.list_queues("default")}
+
+
+async def test_the_largest_message_with_the_most_headers_fits_a_dlq_of_its_size(stack, unique_name):
+    # the sender's headers had taken the room the dead letter's own need: it stayed stuck on its queue
+    dlq = f"{unique_name}-dlq"
+    make_queue(stack, dlq, max_message_bytes=1024)
+    creds = make_queue(stack, unique_name, max_message_bytes=1024, dead_letter_queue=dlq)
+    most = {"X-Big": "v" * (2048 - len("X-Big") - 4)}  # SENDER_HEADER_BYTES, just
+    async with connect(creds) as queue:
+        with pytest.raises(SpecError, match=r"^headers must be .*at most 2048 bytes together \(got 2049 bytes\)"):
+            await queue.put("b", headers={**most, "X-Big": most["X-Big"] + "v"})
+        await queue.put("b" * 1024, headers=most)
+        message = await queue.get(timeout_s=5)
+        assert await message.reject(error="e" * 5000) is not None  # cut to 1 KiB
+    (letter,) = await eventually(lambda: letters(stack, dlq), timeout=10)
+    assert (letter["source_queue"], len(letter["body"]), letter["last_error"]) == (unique_name, 1024, "e" * 1024)
+    with httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}) as http:
+        refused = http.post(f"/v1/projects/default/queues/{unique_name}/messages",
+                            json={"body": "b", "headers": {f"X-{i}": "v" * 1000 for i in range(3)}})
+    assert refused.status_code == 422 and refused.json()["errors"][0]["field"] == "headers"
+    assert "2048 bytes together" in refused.json()["errors"][0]["message"]

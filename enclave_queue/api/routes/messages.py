@@ -41,6 +41,8 @@ from ...spec import (
     PEEK_LIMIT_RULE,
     RECEIVE_MAX_RULE,
     RECEIVE_WAIT_RULE,
+    SENDER_HEADER_BYTES,
+    header_bytes,
 )
 from ...web.strictjson import StrictJSONRoute
 from ..auth import SECRET_READ
@@ -60,7 +62,8 @@ HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")
 RESERVED_HEADERS = re.compile(r"(?i)(nats-|enclave-|content-type$)")
 HEADERS_RULE = (f"an object of at most {MAX_HEADERS} headers: each name 1–64 letters, digits or !#$%&'*+.^_`|~- "
                 f"(not Content-Type, nor beginning with Nats- or Enclave-), each value text of at most "
-                f"{MAX_HEADER_VALUE} printable characters, not beginning or ending with a space")
+                f"{MAX_HEADER_VALUE} printable characters, not beginning or ending with a space; "
+                f"at most {SENDER_HEADER_BYTES} bytes together")
 
 
 def check_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
@@ -74,6 +77,9 @@ def check_headers(headers: Optional[dict[str, str]]) -> dict[str, str]:
         if len(value) > MAX_HEADER_VALUE or not value.isprintable() or value != value.strip():  # NATS trims them
             raise field_error("headers", f"has a value that is not {MAX_HEADER_VALUE} printable characters at most, "
                                          f"not beginning or ending with a space (header {key!r})")
+    if (size := header_bytes(headers)) > SENDER_HEADER_BYTES:  # the rest of the room is a dead letter's
+        raise field_error("headers", f"must take at most {SENDER_HEADER_BYTES} bytes together, each header counted "
+                                     f"as its name, value and 4 bytes (got {size})")
     return headers
 
 
