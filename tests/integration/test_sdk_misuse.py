@@ -4,13 +4,14 @@ what was wrong, raised before anything is sent, and nothing is stored half-way."
 import asyncio
 import gc
 import math
+import re
 
 import pytest
 
 from enclave_queue.client import Credentials, connect, connect_sync
 from enclave_queue.errors import BrokerUnavailable, NotFound, SpecError
 from tests.cli.test_cli import run
-from tests.helpers import make_queue
+from tests.helpers import app_connection, make_queue
 
 
 async def test_bodies_json_cannot_carry_are_refused_and_nothing_is_stored(stack, unique_name):
@@ -240,3 +241,20 @@ async def test_a_wait_nobody_awaits_any_more_is_not_logged_at_close(stack, uniqu
     gc.collect()
     await asyncio.sleep(0)
     assert "never retrieved" not in caplog.text
+
+
+async def test_a_body_that_is_not_what_its_content_type_says_is_a_spec_error_not_a_crash(stack, unique_name):
+    # any NATS client can publish one: a worker's loop had met JSONDecodeError or UnicodeDecodeError
+    creds = make_queue(stack, unique_name)
+    sent = [(b"{not json", "application/json"), (b"\xff\xfe", "text/plain; charset=utf-8")]
+    async with app_connection(creds) as nc:
+        for data, kind in sent:
+            await nc.jetstream().publish(creds["subject"], data, headers={"Content-Type": kind})
+    async with connect(creds) as queue:
+        for data, kind in sent:
+            message = await queue.get(timeout_s=5)
+            with pytest.raises(SpecError, match=rf"^The body is not what its Content-Type {re.escape(repr(kind))} says"):
+                _ = message.body
+            assert message.data == data
+            await message.ack()
+        assert await queue.len() == 0
