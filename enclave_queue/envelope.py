@@ -36,7 +36,7 @@ import base64
 import json
 import math
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
 
@@ -420,3 +420,39 @@ def decode(data: bytes, content_type: Optional[str]) -> Any:
         raise SpecError(f"The body is not what its Content-Type {content_type!r} says ({exc}); its bytes are "
                         "in the message's data.") from None
     return data
+
+
+# -- leases ----------------------------------------------------------------------------------------
+
+def leases_over(last_active: Optional[datetime], ack_wait: float, backoff: Sequence[float], now: datetime) -> bool:
+    """Whether every lease a consumer gave has run out by ``now``, so that what it counts as
+    pending (``num_ack_pending``) is waiting for its next receive, not held by a worker.
+
+    JetStream keeps each lease's end to itself (a lease that ran out stays pending until a pull
+    request takes it again), but the consumer's ``delivered.last_active`` is the last time any
+    lease began: a delivery, a worker's extension (``+WPI``) or a hand-back with a delay all set
+    it (nats-server 2.15 ``updateDelivered``). A lease lasts at most ``ack_wait``, or the longest
+    ``backoff`` entry (seconds both), so once that much has passed since, every lease is over.
+    Only a hand-back with a delay longer than that is still hidden then, and counts as waiting
+    early. ``last_active`` None (the broker restarted and has delivered nothing since): not known,
+    so not over."""
+    if last_active is None:
+        return False
+    longest = max([ack_wait, *backoff])
+    return (now - last_active).total_seconds() >= longest
+
+
+def consumer_leases_over(consumer: dict[str, Any], now: datetime) -> bool:
+    """``leases_over`` for a consumer as JSZ and CONSUMER.INFO report it (times RFC 3339, durations
+    nanoseconds)."""
+    stamp = (consumer.get("delivered") or {}).get("last_active")
+    config = consumer.get("config") or {}
+    seen = parse_stamp(consumer["ts"]) if consumer.get("ts") else now  # the broker's clock, when it says
+    return leases_over(parse_stamp(stamp) if stamp else None, int(config.get("ack_wait") or 0) / 1e9,
+                       [int(step) / 1e9 for step in config.get("backoff") or ()], seen)
+
+
+def parse_stamp(stamp: str) -> datetime:
+    """The broker's RFC 3339 timestamp (nanoseconds, ``Z``) as a datetime (microseconds)."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{whole}.{(fraction + '000000')[:6]}+00:00")

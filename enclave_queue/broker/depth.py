@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Optional
 
+from ..envelope import consumer_leases_over, parse_stamp
 from ..errors import BrokerUnavailable
 from ..names import CONSUMER, LANES, lane_consumer, stream_name
 from .connection import BrokerConnection
@@ -72,33 +72,6 @@ async def stream_messages(conn: BrokerConnection, queue_id: str) -> int:
     return int((await _account_streams(conn, queue_id))["state"]["messages"])
 
 
-def leases_over(last_active: Optional[datetime], ack_wait: float, backoff: Sequence[float], now: datetime) -> bool:
-    """Whether every lease a consumer gave has run out by ``now``, so that what it counts as
-    pending (``num_ack_pending``) is waiting for its next receive, not held by a worker.
-
-    JetStream keeps each lease's end to itself (a lease that ran out stays pending until a pull
-    request takes it again), but the consumer's ``delivered.last_active`` is the last time any
-    lease began: a delivery, a worker's extension (``+WPI``) or a hand-back with a delay all set
-    it (nats-server 2.15 ``updateDelivered``). A lease lasts at most ``ack_wait``, or the longest
-    ``backoff`` entry (seconds both), so once that much has passed since, every lease is over.
-    Only a hand-back with a delay longer than that is still hidden then, and counts as waiting
-    early. ``last_active`` None (the broker restarted and has delivered nothing since): not known,
-    so not over."""
-    if last_active is None:
-        return False
-    longest = max([ack_wait, *backoff])
-    return (now - last_active).total_seconds() >= longest
-
-
-def _leases_over(consumer: dict[str, Any], now: datetime) -> bool:
-    """``leases_over`` for a consumer as JSZ reports it (times RFC 3339, durations nanoseconds)."""
-    stamp = (consumer.get("delivered") or {}).get("last_active")
-    config = consumer.get("config") or {}
-    seen = _parse_stamp(consumer["ts"]) if consumer.get("ts") else now  # the broker's clock, when it says
-    return leases_over(_parse_stamp(stamp) if stamp else None, int(config.get("ack_wait") or 0) / 1e9,
-                       [int(step) / 1e9 for step in config.get("backoff") or ()], seen)
-
-
 async def read_depth(conn: BrokerConnection, queue_id: str, dead_letter_id: Optional[str] = None,
                      now: Optional[datetime] = None) -> Depth:
     """A queue's depth now, summed over its priority lanes if it has them. ``dead_letter_id``: the
@@ -116,7 +89,7 @@ async def read_depth(conn: BrokerConnection, queue_id: str, dead_letter_id: Opti
     waiting = sum(int(c["num_pending"]) for c in consumers)
     in_flight = 0
     for c in consumers:  # what each consumer holds, unless every lease it gave ran out (then: waiting)
-        if _leases_over(c, now):
+        if consumer_leases_over(c, now):
             waiting += int(c["num_ack_pending"])
         else:
             in_flight += int(c["num_ack_pending"])
@@ -159,12 +132,8 @@ def decode_sample(data: bytes, stamp: str) -> dict[str, Any]:
     ``stamp``), the four counts and the three counts since creation (None in an older sample)."""
     waiting, in_flight, delayed, dead, *totals = json.loads(data)
     sent, received, removed = totals if len(totals) == 3 else (None, None, None)
-    return {"t": _parse_stamp(stamp).isoformat(timespec="milliseconds"), "waiting": waiting,
+    return {"t": parse_stamp(stamp).isoformat(timespec="milliseconds"), "waiting": waiting,
             "in_flight": in_flight, "delayed": delayed, "dead": dead, "sent": sent, "received": received,
             "removed": removed}
 
 
-def _parse_stamp(stamp: str) -> datetime:
-    """The broker's RFC 3339 timestamp (nanoseconds, ``Z``) as a datetime (microseconds)."""
-    whole, _, fraction = stamp.rstrip("Z").partition(".")
-    return datetime.fromisoformat(f"{whole}.{(fraction + '000000')[:6]}+00:00")

@@ -14,6 +14,7 @@ import base64
 import contextlib
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Optional
 
@@ -79,15 +80,18 @@ class Inspecting:
 
     async def len(self) -> int:
         """Messages waiting to be received, delayed ones included: everything stored that is not
-        in flight (the stream's messages minus the consumer's ``num_ack_pending``). Two reads,
-        not one snapshot: under concurrent sends and receives it is an estimate."""
+        in flight (the stream's messages minus the consumer's ``num_ack_pending``, unless every
+        lease it gave has run out: ``envelope.leases_over``, as the API's depth counts). Two
+        reads, not one snapshot: under concurrent sends and receives it is an estimate."""
         credentials = self._session.credentials
         levels = await self._settings.levels()
         names = [credentials.consumer if level == 0 else lane_consumer(level) for level in levels]
         stream, *consumers = await asyncio.gather(
             self._session.info(f"STREAM.INFO.{credentials.stream}"),
             *(self._session.info(f"CONSUMER.INFO.{credentials.stream}.{name}") for name in names))
-        return max(int(stream["state"]["messages"]) - sum(int(c["num_ack_pending"]) for c in consumers), 0)
+        now = datetime.now(UTC)
+        held = sum(int(c["num_ack_pending"]) for c in consumers if not envelope.consumer_leases_over(c, now))
+        return max(int(stream["state"]["messages"]) - held, 0)
 
     async def peek(self, limit: int = 10, *, timeout: float = 5.0) -> list[PeekedMessage]:
         """The oldest ``limit`` (1–100) messages, waiting or in flight, oldest first, read by

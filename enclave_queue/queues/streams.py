@@ -12,8 +12,7 @@ from typing import Any
 import nats.js.errors
 
 from ..broker.connection import BrokerConnection
-from ..broker.depth import leases_over
-from ..envelope import lane_subject
+from ..envelope import lane_subject, leases_over
 from ..names import CONSUMER, LANES, lane_consumer, stream_name
 from ..retry import UNAVAILABLE, retry_unavailable
 from ..spec import subject_for
@@ -47,7 +46,7 @@ def levels(record: QueueRecord) -> tuple[int, ...]:
 class Lane:
     """One consumer of a queue as it stands: the subject it delivers, the last sequence it
     delivered (a message stored at or below it was taken, one above it waits) and whether every
-    lease it gave has run out (broker/depth.py ``leases_over``: then what it took and nobody
+    lease it gave has run out (envelope.py ``leases_over``: then what it took and nobody
     deleted waits for its next receive too)."""
 
     subject: str

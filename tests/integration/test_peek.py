@@ -10,7 +10,7 @@ import pytest
 from enclave_queue.client import PeekedMessage, connect, connect_sync
 from enclave_queue.errors import SpecError
 from tests.cli.test_cli import run
-from tests.helpers import make_queue
+from tests.helpers import eventually, make_queue
 
 
 async def test_len_counts_waiting_messages_not_in_flight_and_peek_leases_nothing(stack, unique_name):
@@ -40,6 +40,20 @@ async def test_len_counts_waiting_messages_not_in_flight_and_peek_leases_nothing
         assert await queue.len() == 0
         await queue.delete_many([first, *rest])
         assert await queue.peek(10) == []
+
+
+async def test_len_counts_a_message_whose_lease_ran_out_as_waiting(stack, unique_name):
+    # as the API's depth does: it had stayed "in flight" (uncounted) until a receive took it again
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=1)
+    async with connect(creds) as queue:
+        await queue.send_batch(["a", "b"])
+        taken = await queue.receive(batch=2, wait=1)
+        assert (len(taken), await queue.len()) == (2, 0)
+        assert await eventually(queue.len, timeout=10) == 2  # both leases ran out
+        again = await queue.receive(batch=2, wait=5)
+        assert sorted(m.body for m in again) == ["a", "b"]
+        await queue.delete_many(again)
+        assert await queue.len() == 0
 
 
 async def test_peek_refuses_a_limit_outside_1_to_100(stack, unique_name):
