@@ -24,6 +24,10 @@ from .session import ProviderSession
 
 #: the address OpenTofu knows the provider by (``required_providers { enclave = { source = … } }``)
 SOURCE = "registry.opentofu.org/enclave/enclave"
+#: the API's own address: the API answers a path it does not serve with a 404 ("There is no route
+#: …"), so an endpoint with a path (a typo, a proxy's prefix) would make every queue look deleted
+ENDPOINT = re.compile(r"https?://[^/\s?#]+/?")
+ENDPOINT_RULE = "an http:// or https:// URL of the API itself: no path other than '/', no query and no spaces"
 
 
 class EnclaveProvider(Provider):
@@ -52,10 +56,10 @@ class EnclaveProvider(Provider):
 
     def validate_config(self, diags: Diagnostics, config: Config) -> None:
         endpoint, project = (config or {}).get("endpoint"), (config or {}).get("project")
-        if isinstance(endpoint, str) and not re.match(r"^https?://[^/\s]+", endpoint):
-            diags.add_error("Invalid endpoint", f"endpoint must be an http:// or https:// URL (got {endpoint!r}).",
+        if isinstance(endpoint, str) and not ENDPOINT.fullmatch(endpoint):
+            diags.add_error("Invalid endpoint", f"endpoint must be {ENDPOINT_RULE} (got {endpoint!r}).",
                             path=["endpoint"])
-        if isinstance(project, str) and not PROJECT.match(project):
+        if isinstance(project, str) and not PROJECT.fullmatch(project):
             diags.add_error("Invalid project", f"project must be {PROJECT_RULE} (got {project!r}).", path=["project"])
 
     def configure_provider(self, diags: Diagnostics, config: Config) -> None:
@@ -65,9 +69,11 @@ class EnclaveProvider(Provider):
         project = config.get("project") if isinstance(config.get("project"), str) else defaults.project
         if pending:
             # OpenTofu configures a provider with unknown values during a plan whose provider block
-            # depends on resources not created yet; reading or planning queues must then wait
+            # depends on resources not created yet; reading queues must then wait, and the queues
+            # that name no project plan theirs unknown (known at apply, not the default)
             self.session.refuse(f"The provider's {', '.join(pending)} will only be known at apply; "
-                                "apply the resources it depends on first (-target).", project)
+                                "apply the resources it depends on first (-target).", project,
+                                project_known="project" not in pending)
             return
         token = config.get("token")
         # a token read with file() keeps the file's final newline: no token has spaces around it
@@ -76,7 +82,11 @@ class EnclaveProvider(Provider):
             diags.add_error("Invalid token", "token holds a character that is not printable ASCII (a space, a "
                                              "newline inside it): it is not an API token.", path=["token"])
             return
-        self.session.connect(config.get("endpoint") or defaults.url, token or defaults.token, project)
+        endpoint = config.get("endpoint") or defaults.url
+        if not ENDPOINT.fullmatch(endpoint):  # ENCLAVE_URL: the attribute was checked by validate_config
+            diags.add_error("Invalid endpoint", f"ENCLAVE_URL must be {ENDPOINT_RULE} (got {endpoint!r}).")
+            return
+        self.session.connect(endpoint, token or defaults.token, project)
 
     def get_data_sources(self) -> list[type[DataSource]]:
         return [QueueDataSource, SecretDataSource]

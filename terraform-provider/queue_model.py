@@ -12,11 +12,10 @@ the API would refuse, before anything is applied.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Optional, get_args
+from typing import Any, Optional
 
 from tf.types import Unknown
 
@@ -24,6 +23,7 @@ from enclave_queue.spec import (
     BACKOFF_RULE,
     DEFAULT_GRACE,
     GRACE_RULE,
+    HEADER_ROOM,
     LIMIT_RULE,
     LIMITS,
     MAX_BACKOFF_STEPS,
@@ -31,18 +31,18 @@ from enclave_queue.spec import (
     MUTABLE,
     NAME_RULE,
     PRIORITIES_RULE,
+    PROJECT_PATTERN,
     PROJECT_RULE,
+    QUEUE_NAME_PATTERN,
     REPLICA_CHOICES,
     REPLICAS_RULE,
-    ProjectName,
-    QueueName,
     QueueSpec,
     default_max_bytes,
     rule,
 )
 
-NAME = re.compile(get_args(QueueName)[1].pattern)
-PROJECT = re.compile(get_args(ProjectName)[1].pattern)
+#: the name patterns, matched in full (``fullmatch``: ``re.match`` with ``$`` lets a final newline through)
+NAME, PROJECT = QUEUE_NAME_PATTERN, PROJECT_PATTERN
 STEP_LIMITS = LIMITS["visibility_timeout_seconds"]  #: each retry_backoff_seconds entry: seconds
 #: the boolean settings and their defaults
 FLAGS = {"priorities": QueueSpec.model_fields["priorities"].default}
@@ -121,7 +121,7 @@ def validate(config: Mapping[str, Any]) -> list[Problem]:
     for field, pattern, text in (("name", NAME, NAME_RULE), ("project", PROJECT, PROJECT_RULE),
                                  ("dead_letter_queue", NAME, NAME_RULE)):
         value = config.get(field)
-        if known(value) and not (isinstance(value, str) and pattern.match(value)):
+        if known(value) and not (isinstance(value, str) and pattern.fullmatch(value)):
             bad((field,), f"{field} must be {text} (got {_show(value)}).")
     name, dlq = config.get("name"), config.get("dead_letter_queue")
     if known(name) and dlq == name:
@@ -146,6 +146,18 @@ def validate(config: Mapping[str, Any]) -> list[Problem]:
             bad(("dedupe_window_seconds",),
                 f"dedupe_window_seconds ({window}) must not exceed retention_hours ({hours} h = {hours * 3600} s): "
                 "a key cannot outlive the messages it guards.")
+
+    # room for one message of the largest size with its headers (the API's rule, spec.QueueSpec):
+    # an unset message size is its default; an unset max_bytes is planned from it, and always fits
+    size, max_bytes = config.get("max_message_bytes"), config.get("max_bytes")
+    size = LIMITS["max_message_bytes"][1] if size is None else size
+    if (known(size) and known(max_bytes) and _in_range(size, *LIMITS["max_message_bytes"][::2])
+            and _in_range(max_bytes, *LIMITS["max_bytes"][::2])):
+        size, max_bytes = whole(size) or 0, whole(max_bytes) or 0
+        if max_bytes < size + HEADER_ROOM:
+            bad(("max_bytes",),
+                f"max_bytes ({max_bytes}) must hold at least one message of max_message_bytes ({size}) with its "
+                f"headers: {size + HEADER_ROOM} bytes or more.")
 
     for field, low, high, text in (("password_version", 1, MAX_VERSION, VERSION_RULE),
                                    ("password_grace_seconds", 0, MAX_GRACE, GRACE_RULE)):
@@ -181,13 +193,14 @@ def _differs(planned: Any, prior: Any) -> bool:
 
 
 def plan(prior: Optional[Mapping[str, Any]], config: Mapping[str, Any], proposed: Mapping[str, Any],
-         project: str) -> tuple[dict[str, Any], list[str]]:
+         project: Any) -> tuple[dict[str, Any], list[str]]:
     """The planned state, and the attributes whose change replaces the queue.
 
     ``proposed`` is OpenTofu's proposed new state (the configuration merged with the prior
-    state); ``project`` is the provider's project. A setting left out of the configuration is
-    planned at its default, on create and on update alike (so removing a line restores the
-    default instead of keeping the last value). Outputs are unknown on create; on an in-place
+    state); ``project`` is the provider's project (``Unknown`` while it is known only at apply:
+    the queue's is planned unknown then, and replaces a queue that has one). A setting left out
+    of the configuration is planned at its default, on create and on update alike (so removing a
+    line restores the default instead of keeping the last value). Outputs are unknown on create; on an in-place
     update the stable outputs keep their values and the server's are planned unknown; a raised
     ``password_version`` plans the password unknown (``rotates``); a plan that changes no
     setting and rotates nothing (a new ``password_grace_seconds`` alone, say) keeps every
@@ -330,7 +343,7 @@ def parse_import_id(import_id: str, default_project: str) -> tuple[str, str]:
     """``project/name`` or ``name`` (in the provider's project) → (project, name); raises
     ValueError with a sentence for anything else."""
     project, _, name = import_id.rpartition("/") if "/" in import_id else (default_project, "", import_id)
-    if not PROJECT.match(project) or not NAME.match(name) or import_id.count("/") > 1:
+    if not PROJECT.fullmatch(project) or not NAME.fullmatch(name) or import_id.count("/") > 1:
         raise ValueError(f"The import id must be '<project>/<name>' or '<name>', with a queue name of {NAME_RULE} "
                          f"and a project of {PROJECT_RULE} (got {import_id!r}).")
     return project, name

@@ -11,7 +11,7 @@ every refresh, and the rotation's answer after a rotation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 from tf.iface import (
@@ -25,7 +25,7 @@ from tf.iface import (
     UpgradeContext,
 )
 from tf.schema import Attribute, Schema
-from tf.types import Bool, List, Number, String
+from tf.types import Bool, List, Number, String, Unknown
 from tf.utils import Diagnostics
 
 from enclave_queue.admin import AdminClient
@@ -119,7 +119,8 @@ class QueueResource(Resource):
 
     def plan(self, ctx: PlanContext, current: Optional[dict[str, Any]], planned: dict[str, Any]) -> dict[str, Any]:
         config = getattr(ctx, "config", None) or {}
-        result, replace = model.plan(current, config, planned, self.session.project)
+        project = self.session.project if self.session.project_known else Unknown
+        result, replace = model.plan(current, config, planned, project)
         for problem in [*model.validate(config), *model.refused_changes(current, result)]:
             ctx.diagnostics.add_error(problem.summary, problem.detail, path=tf_path(problem.path))
         if hasattr(ctx, "requires_replace"):
@@ -130,11 +131,11 @@ class QueueResource(Resource):
         name, project = planned["name"], self.session.project_of(planned.get("project"))
         try:
             api = self.session.api()
-            api.create_queue(project, model.create_body({**planned, "project": project}))
+            created = api.create_queue(project, model.create_body({**planned, "project": project}))
         except EnclaveError as exc:
             _report(ctx.diagnostics, "create", name, exc)
             return None
-        return self._settle(ctx.diagnostics, api, project, name, "create", planned,
+        return self._settle(ctx.diagnostics, api, project, name, "create", created, planned,
                             lambda: api.credentials(project, name)["password"])
 
     def read(self, ctx: ReadContext, current: dict[str, Any]) -> Optional[dict[str, Any]]:
@@ -143,9 +144,9 @@ class QueueResource(Resource):
             api = self.session.api()
             queue = api.get_queue(project, name)
             password = api.credentials(project, name)["password"]  # rotated outside OpenTofu: the new one
-        except NotFound:
-            return None  # deleted outside OpenTofu: gone from state, the next plan creates it again
         except EnclaveError as exc:
+            if _gone(exc, project, name):
+                return None  # deleted outside OpenTofu: gone from state, the next plan creates it again
             _report(ctx.diagnostics, "read", name, exc)
             return current
         return model.resource_state(queue, password, current)  # the state's password_version, as it is
@@ -162,8 +163,7 @@ class QueueResource(Resource):
             return {**current, **model.rotation_of(planned)}
         try:
             api = self.session.api()
-            if changes:
-                api.update_queue(project, name, changes)
+            updated = api.update_queue(project, name, changes) if changes else current
         except EnclaveError as exc:
             _report(ctx.diagnostics, "update", name, exc)
             return current
@@ -175,7 +175,7 @@ class QueueResource(Resource):
             except EnclaveError as exc:  # the settings changed, the password did not: a new apply rotates it
                 _report(ctx.diagnostics, "rotate the password of", name, exc)
                 rotation = {**planned, "password_version": current.get("password_version")}
-        return self._settle(ctx.diagnostics, api, project, name, "update", rotation, lambda: password) or current
+        return self._settle(ctx.diagnostics, api, project, name, "update", updated, rotation, lambda: password)
 
     def delete(self, ctx: DeleteContext, current: dict[str, Any]) -> Optional[dict[str, Any]]:
         name, project = current["name"], self.session.project_of(current.get("project"))
@@ -183,9 +183,9 @@ class QueueResource(Resource):
             api = self.session.api()
             api.delete_queue(project, name)
             api.wait_deleted(project, name, APPLY_TIMEOUT, step=POLL_STEP, stop=self.session.stopping.is_set)
-        except NotFound:
-            return None
         except EnclaveError as exc:
+            if _gone(exc, project, name):
+                return None
             _report(ctx.diagnostics, "delete", name, exc)
             return current  # still there: keep it in state
         return None
@@ -211,11 +211,13 @@ class QueueResource(Resource):
     # -- waiting like --wait ----------------------------------------------------------------------
 
     def _settle(self, diags: Diagnostics, api: AdminClient, project: str, name: str, action: str,
-                rotation: dict[str, Any], password: Callable[[], Optional[str]]) -> Optional[dict[str, Any]]:
+                answered: Mapping[str, Any], rotation: dict[str, Any],
+                password: Callable[[], Optional[str]]) -> dict[str, Any]:
         """Wait until the queue's latest spec is Ready and return its state, with ``password()``
         and the rotation's arguments of ``rotation``. If it is Errored, or the wait ends early
-        (APPLY_TIMEOUT, StopProvider), return the queue as it is with an error: OpenTofu keeps it
-        in state (tainted after a create) so nothing is orphaned."""
+        (APPLY_TIMEOUT, StopProvider, the API gone), return the queue as it is with an error, or
+        as the create or update ``answered`` it if it cannot be read: OpenTofu keeps it in state
+        (tainted after a create) so nothing is orphaned, and a rotation done is not forgotten."""
         try:
             queue = api.wait_ready(project, name, APPLY_TIMEOUT, step=POLL_STEP, stop=self.session.stopping.is_set)
         except EnclaveError as exc:
@@ -223,7 +225,7 @@ class QueueResource(Resource):
             try:
                 queue = api.get_queue(project, name)
             except EnclaveError:
-                return None
+                queue = answered
         try:
             secret = password()
         except EnclaveError as exc:
@@ -234,3 +236,11 @@ class QueueResource(Resource):
 
 def _report(diags: Diagnostics, action: str, name: Any, exc: EnclaveError) -> None:
     api_error(diags, action, "queue", name, exc)
+
+
+def _gone(exc: EnclaveError, project: str, name: str) -> bool:
+    """Whether ``exc`` is the API's answer that this queue does not exist: a 404 whose problem
+    says ``Queue '<name>' does not exist in project '<project>'.``. Another 404, for a path the
+    API does not serve ("There is no route …": an endpoint with a wrong path, a proxy's wrong
+    prefix), says nothing about the queue and must not drop it from the state."""
+    return isinstance(exc, NotFound) and str(exc).startswith(f"Queue '{name}' does not exist in project '{project}'")

@@ -29,20 +29,24 @@ class ProviderSession:
         self._client: Optional[AdminClient] = None
         self._unusable: Optional[str] = "The provider was not configured (OpenTofu calls ConfigureProvider first)."
         self.project = "default"
+        #: False while the provider's ``project`` is known only at apply (``refuse``): the queues
+        #: that name no project plan theirs unknown, not ``project``
+        self.project_known = True
         #: set by StopProvider (Ctrl-C in OpenTofu): long waits give up and report what they have
         self.stopping = threading.Event()
 
     def connect(self, url: str, token: Optional[str], project: str) -> None:
         """Call the API at url with token from now on (closing the client used so far)."""
-        self.project = project
+        self.project, self.project_known = project, True
         if self._client is not None:
             self._client.close()
         self._client = AdminClient(url, token, timeout=HTTP_TIMEOUT)
         self._unusable = None
 
-    def refuse(self, reason: str, project: str) -> None:
-        """Make every API call raise ProviderError(reason) until the next ``connect``."""
-        self.project = project
+    def refuse(self, reason: str, project: str, *, project_known: bool = True) -> None:
+        """Make every API call raise ProviderError(reason) until the next ``connect``
+        (``project_known``: False if the provider's project is unknown until then)."""
+        self.project, self.project_known = project, project_known
         self._unusable = reason
 
     def api(self) -> AdminClient:

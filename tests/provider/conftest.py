@@ -1,5 +1,6 @@
 """Fixtures of the provider tests: provider processes started as OpenTofu starts them (each
-stopped by the test that started it), and a ``Tofu`` bound to the session's shared stack."""
+stopped by the test that started it), a ``Tofu`` bound to the session's shared stack, and
+proxies in front of its API that fail on purpose."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from enclave_queue.testing import EnclaveStack
-from tests.provider.harness import ProviderProcess, Tofu, errors_of
+from tests.provider.harness import ApiProxy, ProviderProcess, Tofu, errors_of
 
 
 def plain_env(tmp: Path) -> dict[str, str]:
@@ -59,3 +60,20 @@ def new_tofu(start_provider: Callable[..., ProviderProcess], stack: EnclaveStack
 @pytest.fixture
 def tofu(new_tofu: Callable[..., Tofu]) -> Tofu:
     return new_tofu()
+
+
+@pytest.fixture
+def api_proxy(stack: EnclaveStack) -> Iterator[Callable[[Callable[[str, str], str | None]], ApiProxy]]:
+    """Start proxies in front of the shared stack's API (``api_proxy(route)``, see ApiProxy); all
+    are stopped at the end of the test."""
+    started: list[ApiProxy] = []
+
+    def start(route: Callable[[str, str], str | None]) -> ApiProxy:
+        started.append(ApiProxy(stack.api_url, route))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for proxy in started:
+            proxy.stop()

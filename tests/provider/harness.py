@@ -14,6 +14,8 @@ with the tfplugin6 messages that ship with ``tf``, checking what OpenTofu checks
 - ``Tofu``: one OpenTofu command against one provider process: validate, plan (the proposed new
   state built as OpenTofu builds it, the planned state checked as OpenTofu checks it), apply
   (the new state must be wholly known and match every known planned value), read, import.
+- ``ApiProxy``: what may stand between the provider and the API (a reverse proxy), to make the
+  API's answers fail on purpose: a server gone after some request, a prefix that is wrong.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
+import http.server
 import json
 import os
 import queue
@@ -29,11 +32,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 import grpc
+import httpx
 import msgpack
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -609,3 +614,57 @@ def _assert_known(obj: dict[str, Any], what: str) -> None:
 
     for name, value in obj.items():
         walk(value, f".{name}")
+
+
+# -- what stands between the provider and the API ---------------------------------------------------
+
+
+class ApiProxy:
+    """A reverse proxy in front of the API, in a thread of the test process: each request goes to
+    the path ``route(method, path)`` gives (the path as asked, a wrong prefix…), or, if it gives
+    None, is answered 502 as a proxy answers when the server behind it is gone. ``requests`` lists
+    what was asked (``"GET /v1/…"``). Stopped with ``stop`` (the ``api_proxy`` fixture does)."""
+
+    def __init__(self, upstream: str, route: Callable[[str, str], Optional[str]]) -> None:
+        self.requests: list[str] = []
+        self._client = httpx.Client(base_url=upstream, timeout=CALL_TIMEOUT)
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                proxy.requests.append(f"{self.command} {self.path}")
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                target = route(self.command, self.path)
+                if target is None:
+                    self._answer(502, "text/plain", b"Bad Gateway: the server behind this proxy is gone\n")
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
+                response = proxy._client.request(self.command, target, content=body, headers=headers)
+                self._answer(response.status_code, response.headers.get("content-type", ""), response.content)
+
+            def _answer(self, status: int, media: str, content: bytes) -> None:
+                self.send_response(status)
+                if media:
+                    self.send_header("Content-Type", media)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _forward
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="api-proxy", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(STOP_TIMEOUT)
+        self._client.close()

@@ -114,3 +114,24 @@ def test_refresh_and_import_keep_the_states_version_and_read_the_current_passwor
     assert diags == [] and imported == {**refreshed, "password_version": 1}  # a new state starts at 1
     plan = tofu.plan(Q, imported, tofu.config(Q, name=unique_name))
     assert plan.planned == imported and errors_of(plan.diagnostics) == []  # no change, no rotation
+
+
+def test_a_rotation_done_is_kept_in_state_when_the_api_goes_before_it_settles(stack, new_tofu, api_proxy, unique_name):
+    """The rotation answered its new password, then the API is gone (the status and every later
+    call fail): the state has the new password and the raised version, so the next plan rotates
+    nothing more."""
+    state = new_tofu().create(Q, name=unique_name)
+    proxy = api_proxy(lambda method, path: path if path.endswith("/rotate-password") else None)
+    tofu = new_tofu(endpoint=proxy.url)
+    config = tofu.config(Q, name=unique_name, password_version=2)
+    rotated, diags = tofu.apply(Q, tofu.plan(Q, state, config))
+    assert errors_of(diags) and all(d.summary.startswith(f"Unable to update queue '{unique_name}': Cannot reach the "
+                                                         f"Enclave API at {proxy.url}") for d in diags), diags
+    new = credentials(stack, unique_name)
+    assert new["password"] != state["password"]
+    assert rotated == {**state, "password": new["password"], "password_version": 2}
+
+    planner = new_tofu()
+    refreshed, diags = planner.read(Q, rotated)
+    assert diags == [] and refreshed == rotated
+    assert planner.plan(Q, refreshed, config).planned == refreshed  # no second rotation

@@ -158,6 +158,26 @@ def test_provider_configuration_is_validated(start_provider):
     tofu = Tofu(start_provider())
     diags = tofu.configure(endpoint="127.0.0.1:7780", project="Shop")
     assert sorted(d.path for d in errors_of(diags)) == [("endpoint",), ("project",)]
+    (error,) = errors_of(tofu.configure(project="shop\n"))
+    assert error.path == ("project",)
+
+
+ENDPOINT_RULE = "an http:// or https:// URL of the API itself: no path other than '/', no query and no spaces"
+
+
+def test_an_endpoint_with_a_path_or_a_space_is_refused_naming_the_rule(start_provider):
+    """The API answers every path it does not serve with a 404: an endpoint with a path (a typo,
+    a trailing space) would make every queue look deleted outside OpenTofu."""
+    tofu = Tofu(start_provider())
+    for endpoint in ("http://127.0.0.1:7780/typo", "http://127.0.0.1:7780 ", "http://127.0.0.1:7780/v1/",
+                     "https://api.example.com?x=1"):
+        (error,) = errors_of(tofu.configure(endpoint=endpoint))
+        assert (error.path, error.summary) == (("endpoint",), "Invalid endpoint")
+        assert error.detail == f"endpoint must be {ENDPOINT_RULE} (got {endpoint!r})."
+    assert tofu.configure(endpoint="http://127.0.0.1:7780/") == []
+    from_env = Tofu(start_provider(env={"ENCLAVE_URL": "http://127.0.0.1:7780/typo"}))
+    (error,) = errors_of(from_env.configure())
+    assert error.detail == f"ENCLAVE_URL must be {ENDPOINT_RULE} (got 'http://127.0.0.1:7780/typo')."
 
 
 def test_an_unconfigured_or_unreachable_api_is_a_diagnostic(start_provider, tmp_path):

@@ -23,6 +23,10 @@ PRIOR = {**VALID, "project": "default", "max_message_bytes": 262144, "max_receiv
     ("replicas", 2, ("replicas",), "replicas must be 1 or 3"),
     ("replicas", 1.5, ("replicas",), "(got 1.5)"),
     ("name", "ab", ("name",), "(got 'ab')"),
+    ("name", "abc\n", ("name",), "(got 'abc\\n')"),
+    ("project", "shop\n", ("project",), "(got 'shop\\n')"),
+    ("dead_letter_queue", "abc\n", ("dead_letter_queue",), "(got 'abc\\n')"),
+    ("max_bytes", 1048575, ("max_bytes",), "from 1048576 to 1099511627776"),
     ("project", "Shop", ("project",), "1–40 lowercase letters"),
     ("dead_letter_queue", "emails", ("dead_letter_queue",), "not the queue itself"),
     ("dead_letter_queue", "x", ("dead_letter_queue",), "3–40"),
@@ -71,6 +75,16 @@ def test_dedupe_window_may_not_exceed_the_retention():
     assert model.validate({**VALID, "retention_hours": 1, "dedupe_window_seconds": 3600}) == []
     assert model.validate({**VALID, "retention_hours": 1}) == []  # the default window (3600) fits
     assert model.validate({**VALID, "retention_hours": Unknown, "dedupe_window_seconds": 86400}) == []
+
+
+def test_max_bytes_must_hold_one_message_with_its_headers():
+    (problem,) = model.validate({**VALID, "max_message_bytes": 1048576, "max_bytes": 1048576})
+    assert problem.path == ("max_bytes",) and problem.summary == "Invalid max_bytes"
+    assert problem.detail == ("max_bytes (1048576) must hold at least one message of max_message_bytes (1048576) "
+                              "with its headers: 1052672 bytes or more.")
+    assert model.validate({**VALID, "max_message_bytes": 1048576, "max_bytes": 1048576 + 4096}) == []
+    assert model.validate({**VALID, "max_bytes": 1048576}) == []  # the default message size (262144) fits
+    assert model.validate({**VALID, "max_message_bytes": Unknown, "max_bytes": 1048576}) == []
 
 
 def test_unknown_values_are_not_validated_yet():
@@ -141,6 +155,15 @@ def test_name_or_project_replaces(change, replaced):
 def test_a_changed_provider_project_replaces_a_queue_that_names_none():
     _, replace = model.plan(PRIOR, VALID, dict(PRIOR), "other")
     assert replace == ["project"]
+
+
+def test_an_unknown_provider_project_plans_the_project_unknown():
+    planned, _ = model.plan(None, VALID, dict(VALID), Unknown)
+    assert planned["project"] is Unknown  # not the default: known at apply
+    planned, _ = model.plan(None, {**VALID, "project": "shop"}, {**VALID, "project": "shop"}, Unknown)
+    assert planned["project"] == "shop"
+    planned, replace = model.plan(PRIOR, VALID, dict(PRIOR), Unknown)
+    assert planned["project"] is Unknown and replace == ["project"]  # it may differ from the queue's
 
 
 def test_bodies_for_the_api():
@@ -216,7 +239,8 @@ def test_import_ids(import_id, expected):
     assert model.parse_import_id(import_id, "default") == expected
 
 
-@pytest.mark.parametrize("import_id", ["", "Shop/emails", "shop/", "a/b/c", "shop/x", "/emails"])
+@pytest.mark.parametrize("import_id", ["", "Shop/emails", "shop/", "a/b/c", "shop/x", "/emails", "emails\n",
+                                       "shop/emails\n", "shop\n/emails"])
 def test_bad_import_ids(import_id):
     with pytest.raises(ValueError, match="must be '<project>/<name>' or '<name>'"):
         model.parse_import_id(import_id, "default")

@@ -13,7 +13,7 @@ from enclave_queue.names import CONSUMER, stream_name
 from enclave_queue.retry import retry_unavailable
 from enclave_queue.spec import HEADER_ROOM
 from tests.helpers import account_on_broker, account_refuses_logins, account_store, make_queue, queue_account_connection
-from tests.provider.harness import UNKNOWN, errors_of
+from tests.provider.harness import UNKNOWN, Tofu, errors_of
 
 Q = "enclave_queue"
 
@@ -114,6 +114,94 @@ def test_a_queue_deleted_outside_opentofu_leaves_the_state_on_refresh(stack, tof
     assert refreshed is None and diags == []
     plan = tofu.plan(Q, None, tofu.config(Q, name=unique_name))  # the next plan creates it again
     assert plan.planned["id"] is UNKNOWN and errors_of(plan.diagnostics) == []
+
+
+def test_a_404_that_is_not_the_queues_keeps_the_state_on_refresh_and_destroy(stack, new_tofu, api_proxy,
+                                                                           unique_name):
+    """Only the API's "Queue '…' does not exist" means the queue is gone. A proxy with a wrong
+    prefix (or an endpoint with a wrong path) gets "There is no route …" for every queue: the
+    refresh and the destroy fail and keep the queue, on the server and in the state."""
+    state = new_tofu().create(Q, name=unique_name)
+    proxy = api_proxy(lambda method, path: f"/typo{path}")
+    tofu = new_tofu(endpoint=proxy.url)
+    refreshed, diags = tofu.read(Q, state)
+    assert refreshed == state and [d.summary for d in errors_of(diags)] == [
+        f"Unable to read queue '{unique_name}': There is no route /typo/v1/projects/default/queues/{unique_name}."]
+    kept, diags = tofu.apply(Q, tofu.plan(Q, state, None))
+    assert kept == state and [d.summary for d in errors_of(diags)] == [
+        f"Unable to delete queue '{unique_name}': There is no route /typo/v1/projects/default/queues/{unique_name}."]
+    with stack.admin() as admin:
+        assert admin.get_queue("default", unique_name)["id"] == state["id"]
+    new_tofu(endpoint=f"{stack.api_url}/").destroy(Q, state)  # the API's own address, a final '/' allowed
+
+
+def test_a_created_queue_is_kept_in_state_when_the_api_goes_before_it_is_ready(stack, new_tofu, api_proxy,
+                                                                              unique_name):
+    """The create answered 201, then the API is gone (the status and every later call fail): the
+    queue is in the state as the create answered it, with the errors, so nothing is orphaned
+    (OpenTofu marks it tainted and replaces it at the next apply)."""
+    proxy = api_proxy(lambda method, path: path if (method, path) == ("POST", "/v1/projects/default/queues") else None)
+    tofu = new_tofu(endpoint=proxy.url)
+    state, diags = tofu.apply(Q, tofu.plan(Q, None, tofu.config(Q, name=unique_name)))
+    assert errors_of(diags) and all(d.summary.startswith(f"Unable to create queue '{unique_name}': Cannot reach the "
+                                                         f"Enclave API at {proxy.url}") for d in diags), diags
+    with stack.admin() as admin:
+        queue = admin.get_queue("default", unique_name)
+    assert state is not None and {k: state[k] for k in ("id", "name", "project", "username")} == {
+        k: queue[k] for k in ("id", "name", "project", "username")}
+    assert (state["password"], state["password_version"]) == (None, 1)  # the credentials could not be read
+    refreshed, diags = new_tofu().read(Q, state)
+    assert diags == [] and refreshed["id"] == queue["id"] and refreshed["password"]
+    new_tofu().destroy(Q, refreshed)
+
+
+def test_an_unknown_provider_project_plans_the_queues_project_unknown(stack, start_provider, new_tofu, unique_name):
+    """``provider "enclave" { project = terraform_data.p.output }``: the queues that name no
+    project plan theirs unknown (not the default), so the final plan at apply is consistent."""
+    planner = Tofu(start_provider())
+    assert errors_of(planner.configure(endpoint=stack.api_url, token=stack.token, project=UNKNOWN)) == []
+    config = planner.config(Q, name=unique_name)
+    plan = planner.plan(Q, None, config)
+    assert errors_of(plan.diagnostics) == [] and plan.planned["project"] is UNKNOWN
+    named = planner.plan(Q, None, planner.config(Q, name=unique_name, project="tf-named"))
+    assert errors_of(named.diagnostics) == [] and named.planned["project"] == "tf-named"
+
+    applier = new_tofu(project="tf-unknown")  # at apply the project is known: OpenTofu plans again
+    final = applier.plan(Q, None, config)
+    assert final.planned["project"] == "tf-unknown"
+    state, diags = applier.apply(Q, final)
+    assert diags == [] and state["project"] == "tf-unknown"
+    applier.destroy(Q, state)
+
+
+def test_validate_and_plan_refuse_a_final_newline_and_a_max_bytes_without_room_for_a_message(tofu):
+    """The API's rules, checked before anything is applied: names matched in full, and max_bytes
+    at least max_message_bytes + 4096 (one message of the largest size with its headers)."""
+    cases = [
+        (tofu.config(Q, name="abc\n"), ("name",), "name must be 3–40 lowercase letters"),
+        (tofu.config(Q, name="emails", project="shop\n"), ("project",), "project must be 1–40"),
+        (tofu.config(Q, name="emails", dead_letter_queue="abc\n"), ("dead_letter_queue",), "(got 'abc\\n')"),
+        (tofu.config(Q, name="emails", max_message_bytes=1048576, max_bytes=1048576), ("max_bytes",),
+         "max_bytes (1048576) must hold at least one message of max_message_bytes (1048576) with its headers: "
+         "1052672 bytes or more."),
+    ]
+    for config, path, fragment in cases:
+        for diags in (tofu.validate(Q, config), tofu.plan(Q, None, config).diagnostics):
+            (error,) = errors_of(diags)
+            assert (error.path, error.summary) == (path, f"Invalid {path[0]}") and fragment in error.detail, error
+    fits = tofu.config(Q, name="emails", max_message_bytes=1048576, max_bytes=1048576 + 4096)
+    assert tofu.validate(Q, fits) == [] and errors_of(tofu.plan(Q, None, fits).diagnostics) == []
+    states, diags = tofu.import_state(Q, "default/emails\n")
+    assert states == [] and errors_of(diags)[0].summary == "Unable to import queue 'default/emails\\n'"
+
+
+def test_a_max_bytes_the_store_cannot_hold_fails_the_apply_saying_so(tofu, unique_name):
+    """The sentence docs/opentofu.md shows for a max_bytes that does not fit in the broker's store."""
+    state, diags = tofu.apply(Q, tofu.plan(Q, None, tofu.config(Q, name=unique_name, max_bytes=1 << 40)))
+    (error,) = diags
+    assert state is None and error.summary.startswith(
+        f"Unable to create queue '{unique_name}': Queue '{unique_name}' needs max_bytes 1099511627776, but only ")
+    assert "bytes of the broker's store (ENCLAVE_MAX_FILE_STORE, " in error.summary
 
 
 @pytest.mark.parametrize("form", ["project/name", "name"])
