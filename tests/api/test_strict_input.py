@@ -112,6 +112,14 @@ def test_base64_with_a_character_outside_ascii_is_a_422_naming_body_base64(http,
             "must be standard base64 text (A–Z, a–z, 0–9, '+', '/', '=' padding)")
 
 
+@pytest.mark.parametrize("body", [None, "x", 0])
+def test_a_body_with_body_base64_is_a_422_even_a_null_one(http, queue, body):
+    # a null body is the JSON value null (sent alone, it is stored): with body_base64 there are two
+    answer = problem(http.post(f"{queue}/messages", json={"body": body, "body_base64": "AA=="}), 422,
+                     "Invalid specification")
+    assert answer["errors"] == [{"field": "body_base64", "message": "cannot be given with body"}]
+
+
 def test_json_that_cannot_be_stored_or_repeated_is_a_422_naming_its_field(http, queue):
     json_body = {"Content-Type": "application/json"}
     refused(http.post(f"{queue}/messages", content=b'{"body": "\\ud800"}', headers=json_body), "body",

@@ -128,7 +128,7 @@ def encode_body(request: SendRequest) -> tuple[bytes, Optional[str]]:
     if request.body_base64 is not None:
         if request.content_type is not None:
             raise field_error("content_type", "goes only with a string body (the text to store as it is)")
-        if request.body is not None:
+        if "body" in request.model_fields_set:  # a null body too: it is the JSON value null
             raise field_error("body_base64", "cannot be given with body", "Give either body or body_base64, not both.")
         try:
             return base64.b64decode(request.body_base64, validate=True), "application/octet-stream"
