@@ -137,10 +137,15 @@ def _not_json(scope: Scope) -> Optional[str]:
     if encoding not in (b"", b"identity"):
         return (f"Content-Encoding {shown(encoding.decode('latin-1'))} is not accepted: send the JSON body as it is "
                 "(Content-Encoding: identity, or none).")
-    media = headers.get(b"content-type", b"").split(b";")[0].strip().lower().decode("latin-1")
+    media, *params = headers.get(b"content-type", b"").decode("latin-1").split(";")
+    media = media.strip().lower()
     if media != "application/json" and not media.endswith("+json"):
         return ("The request body must be JSON, sent with Content-Type: application/json "
                 f"(got {shown(media) if media else 'no Content-Type'}).")
+    for param in params:  # JSON is UTF-8 (RFC 8259): a body in another charset would be read wrong
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            return f"The request body must be JSON in UTF-8 (got charset {shown(value.strip())})."
     return None
 
 
@@ -164,6 +169,10 @@ class RequestGuard:
         if b"%2f" in (scope.get("raw_path") or b"").lower():  # routed as a '/': another route would run
             await problems.problem(400, "Bad request", "A path may not hold an encoded '/' (%2F): no name, "
                                    "receipt or id has one.")(scope, receive, send)
+            return
+        if sum(1 for key, _ in scope["headers"] if key == b"authorization") > 1:  # which one counts?
+            await problems.problem(400, "Bad request", "The request has more than one Authorization header; "
+                                   "send one.")(scope, receive, send)
             return
         if needs_token(scope["path"]):
             try:

@@ -63,6 +63,8 @@ def test_a_body_that_cannot_be_parsed_is_a_422_problem_naming_body(http, unique_
                                      "(got 'text/plain')."),
     ({"Content-Type": "application/json", "Content-Encoding": "gzip"},
      "Content-Encoding 'gzip' is not accepted: send the JSON body as it is (Content-Encoding: identity, or none)."),
+    ({"Content-Type": "application/json; charset=latin-1"},  # it had been read as UTF-8 all the same
+     "The request body must be JSON in UTF-8 (got charset 'latin-1')."),
 ])
 def test_a_body_that_is_not_json_as_sent_is_a_415_naming_the_header(http, unique_name, headers, detail):
     for method, path in (("POST", QUEUES), ("POST", f"{QUEUES}/{unique_name}/messages"),
@@ -73,6 +75,13 @@ def test_a_body_that_is_not_json_as_sent_is_a_415_naming_the_header(http, unique
     made = http.post(QUEUES, content=b'{"name": "%s"}' % unique_name.encode(),
                      headers={"Content-Type": "application/json; charset=utf-8"})
     assert made.status_code == 201, made.text
+
+
+def test_two_authorization_headers_are_a_400_whichever_is_right(stack, unique_name):
+    right, wrong = f"Bearer {stack.token}", "Bearer not-a-token"
+    for first, second in ((right, wrong), (wrong, right)):
+        answer = httpx.get(f"{stack.api_url}{QUEUES}", headers=[("Authorization", first), ("Authorization", second)])
+        assert "more than one Authorization header" in problem(answer, 400, "Bad request")["detail"]
 
 
 def test_a_body_over_the_limit_and_a_missing_token_are_problems(stack, http):
