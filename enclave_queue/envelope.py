@@ -434,10 +434,12 @@ def leases_over(last_active: Optional[datetime], ack_wait: float, backoff: Seque
     it (nats-server 2.15 ``updateDelivered``). A lease lasts at most ``ack_wait``, or the longest
     ``backoff`` entry (seconds both), so once that much has passed since, every lease is over.
     Only a hand-back with a delay longer than that is still hidden then, and counts as waiting
-    early. ``last_active`` None (the broker restarted and has delivered nothing since): not known,
-    so not over."""
+    early. ``last_active`` None: the broker restarted and has delivered nothing since (it keeps no
+    such time across a restart). Taken as over: a lease from before the restart runs at most one
+    more lease's length (what it holds counts as waiting that early), where "not over" had shown
+    every message a worker once held as in flight for good."""
     if last_active is None:
-        return False
+        return True
     longest = max([ack_wait, *backoff])
     return (now - last_active).total_seconds() >= longest
 
