@@ -331,18 +331,18 @@ class Runtime:
         if path.is_dir() or (path.exists() and not path.is_file()):
             raise EnclaveError(f"{path} must be the admin token's file (it is not a file); remove it, and a new "
                                "token is written there.")
-        if path.exists():
-            token = path.read_bytes().decode("utf-8", "replace").strip()  # not UTF-8: not a token, replaced
-            if token and await self.store.tokens.get(token_digest(token)) is not None:
-                return
-        token = generate_token()
-        with contextlib.suppress(Conflict):
-            await self.store.tokens.create(token_digest(token), TokenRecord(name=name))
-        write_private(path, token + "\n")
+        token = path.read_bytes().decode("utf-8", "replace").strip() if path.exists() else ""  # not UTF-8: replaced
+        if not token or await self.store.tokens.get(token_digest(token)) is None:
+            token = generate_token()
+            with contextlib.suppress(Conflict):
+                await self.store.tokens.create(token_digest(token), TokenRecord(name=name))
+            write_private(path, token + "\n")
+            log.info("admin token written to %s", path)
+        # at every start, not only the one that wrote the file: a start stopped between the two
+        # had left the token it replaced valid for good
         for digest, record, _ in await self.store.tokens.items():
             if record.name == name and digest != token_digest(token):
                 await self.store.tokens.delete(digest)
-        log.info("admin token written to %s", path)
 
     async def token_name(self, digest: str) -> Optional[str]:
         """The name of the token with this digest, or None (positive answers are cached)."""

@@ -117,3 +117,18 @@ async def test_the_broker_runs_under_the_memory_setting(enclave_stack_factory):
 def test_a_broker_memory_below_the_least_is_refused():
     with pytest.raises(SpecError, match="ENCLAVE_BROKER_MEMORY must be at least 64MiB"):
         EnclaveSettings.from_env({"ENCLAVE_BROKER_MEMORY": "10MiB"})
+
+
+async def test_a_start_revokes_an_admin_token_a_crashed_rotation_left_valid(runtime):
+    # a rotation writes the new token's file, then revokes the old one: killed between the two, the
+    # old token stayed valid through every later start (the file's token was valid: nothing was done)
+    from enclave_queue.auth.tokens import generate_token, token_digest
+    from enclave_queue.state.records import TokenRecord
+
+    current = (runtime.settings.home / "admin-token").read_text().strip()
+    replaced = generate_token()
+    await runtime.store.tokens.create(token_digest(replaced), TokenRecord(name="admin"))
+    await runtime._ensure_admin_token()  # what every start does
+    assert await runtime.store.tokens.get(token_digest(replaced)) is None
+    assert await runtime.store.tokens.get(token_digest(current)) is not None
+    assert (runtime.settings.home / "admin-token").read_text().strip() == current
