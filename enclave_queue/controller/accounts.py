@@ -154,17 +154,19 @@ class Accounts:
         await self._push_all()
         self._remove_store_dirs()
 
-    async def clean_up(self) -> None:
+    async def clean_up(self, grace: float = 0.0) -> None:
         """Remove the accounts no queue owns (an interrupted create left them: claimed, and the
-        queue's record never written). One whose stream holds messages is kept, with a warning:
+        queue's record never written), claimed at least ``grace`` seconds ago (on a cluster another
+        node's create may be between its claim and its record now). One whose stream holds messages is kept, with a warning:
         no create gets as far as storing one without its queue record, so the record was lost
         (a state bucket damaged or restored from an older copy), and the messages are an
         operator's to recover, not this process's to delete."""
         assert self.store is not None
         store = self.store
         owners = {record.id for _, record, _ in await store.queues.items()}
+        claimed_before = datetime.now(UTC) - timedelta(seconds=grace)
         for record, _ in list(self._records.values()):
-            if record.owner is None or record.id not in owners:
+            if (record.owner is None or record.id not in owners) and record.created_at <= claimed_before:
                 if record.owner is not None:  # a spare of the old pool never had a stream
                     held = await self._stream_messages(record.id)
                     if held != 0:
@@ -174,7 +176,9 @@ class Accounts:
                                     "some" if held is None else held)
                         continue
                     log.warning("account %s was claimed by a queue that does not exist; removing it", record.id)
-                    await self._delete_stream(record.id)
+                if self.conn is not None:  # from the broker too: its account had stayed there, and its claims file
+                    await self.remove(record.id)
+                    continue
                 await store.accounts.delete(record.id)
                 self._records.pop(record.id, None)
 

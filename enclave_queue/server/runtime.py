@@ -71,6 +71,9 @@ from .preflight import DataDirLock, bind, check_ports, check_room, no_room
 log = logging.getLogger("enclave")
 
 START_PATIENCE = 30.0  #: seconds a start rides out a broker that dies under it
+#: seconds an account claimed for no queue is left alone on a cluster: another node's create writes
+#: its queue record within seconds of its claim
+CLAIM_GRACE = 120.0
 #: what a broker that died under the start raises from the parts that talk to it
 BROKER_DOWN = (*BROKER_ERRORS, BrokerUnavailable)
 
@@ -271,7 +274,7 @@ class Runtime:
         self.leading = True
         if self.settings.clustered:
             try:  # housekeeping: it must not keep the work below from starting
-                await self.accounts.clean_up()
+                await self.accounts.clean_up(grace=CLAIM_GRACE)  # other nodes may be creating queues now
             except (EnclaveError, nats.errors.Error, TimeoutError) as exc:
                 log.warning("the clean-up of unclaimed accounts failed (%s); the next start tries again", exc)
             await self.storage.start()

@@ -132,3 +132,16 @@ async def test_a_start_revokes_an_admin_token_a_crashed_rotation_left_valid(runt
     assert await runtime.store.tokens.get(token_digest(replaced)) is None
     assert await runtime.store.tokens.get(token_digest(current)) is not None
     assert (runtime.settings.home / "admin-token").read_text().strip() == current
+
+
+async def test_a_restart_removes_an_interrupted_create_s_account_from_the_broker_too(runtime):
+    # a create cut off after its account was claimed and pushed, before its queue record: the start's
+    # clean-up dropped the account's record, and its claims stayed on the broker for good
+    accounts = runtime.accounts
+    orphan = await accounts.claim("default.never-made")
+    claims = Path(accounts.base.resolver_dir) / f"{accounts.keys.queue_account_public(orphan.id)}.jwt"
+    assert claims.exists() and orphan.id in accounts.applied
+    await accounts.clean_up()  # what a start does
+    assert await runtime.store.accounts.get(orphan.id) is None
+    assert orphan.id not in accounts.applied
+    await eventually(lambda: not claims.exists(), timeout=10)  # the broker deleted the account
