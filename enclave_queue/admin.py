@@ -204,7 +204,9 @@ class AdminClient:
         deadline = time.monotonic() + timeout
         while True:
             _check_stop(stop, name)
-            status = self.queue_status(project, name, wait_seconds=max(0.1, min(step, deadline - time.monotonic())))
+            status = self._status_riding_out(project, name, step, deadline)
+            if status is None:
+                continue
             if status["observed_generation"] >= status["generation"]:
                 if status["state"] == "Ready":
                     return self.get_queue(project, name)
@@ -213,15 +215,29 @@ class AdminClient:
             if time.monotonic() > deadline:
                 raise Timeout(f"Queue '{name}' was not ready after {timeout:g} s: {status['message']}")
 
+    def _status_riding_out(self, project: str, name: str, step: float, deadline: float) -> Optional[dict[str, Any]]:
+        """The queue's status (waited for up to ``step`` seconds), or None after a moment the broker
+        did not answer (it restarts, say: the change asked for may well be applied), until
+        ``deadline``, when that is raised."""
+        try:
+            return self.queue_status(project, name, wait_seconds=max(0.1, min(step, deadline - time.monotonic())))
+        except BrokerUnavailable:
+            if time.monotonic() + step > deadline:
+                raise
+            time.sleep(step)
+            return None
+
     def wait_deleted(self, project: str, name: str, timeout: float = 60.0, *, step: float = WAIT_STEP,
                      stop: Optional[Callable[[], bool]] = None) -> None:
         deadline = time.monotonic() + timeout
         while True:
             _check_stop(stop, name)
             try:
-                status = self.queue_status(project, name, wait_seconds=max(0.1, min(step, deadline - time.monotonic())))
+                status = self._status_riding_out(project, name, step, deadline)
             except NotFound:
                 return
+            if status is None:
+                continue
             if time.monotonic() > deadline:
                 raise Timeout(f"Queue '{name}' was not deleted after {timeout:g} s: {status['message']}")
 

@@ -145,3 +145,21 @@ async def test_a_restart_removes_an_interrupted_create_s_account_from_the_broker
     assert await runtime.store.accounts.get(orphan.id) is None
     assert orphan.id not in accounts.applied
     await eventually(lambda: not claims.exists(), timeout=10)  # the broker deleted the account
+
+
+def test_a_wait_rides_out_the_broker_restarting_under_it(enclave_stack_factory, tmp_path):
+    # the status answers 503 while the supervisor starts the broker again: --wait had given up on the
+    # first one, saying the change had failed when it was applied
+    stack = enclave_stack_factory(home=tmp_path / "home")
+    make_queue(stack, "riding")
+    with stack.admin() as admin:
+        admin.update_queue("default", "riding", {"max_receives": 7})
+        os.kill(stack.broker_pid, signal.SIGKILL)
+        assert admin.wait_ready("default", "riding", timeout=60)["max_receives"] == 7
+        admin.delete_queue("default", "riding")
+        os.kill(_broker_pid(stack), signal.SIGKILL)
+        admin.wait_deleted("default", "riding", timeout=60)
+
+
+def _broker_pid(stack) -> int:
+    return json.loads((stack.home / "enclave.json").read_text())["broker_pid"]
