@@ -253,11 +253,14 @@ class ClientSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ClientSettings:
         """``ENCLAVE_URL``, else the running server's URL from ``ENCLAVE_HOME``, else port 7780;
-        ``ENCLAVE_TOKEN``, else the admin token file in ``ENCLAVE_HOME``."""
+        ``ENCLAVE_TOKEN``, else the admin token file in ``ENCLAVE_HOME``, but only for the server
+        of that home or ENCLAVE_URL: with no server running there, whatever listens on port 7780
+        is not sent the home's admin token."""
         env = os.environ if env is None else env
         home = default_home(env)
-        url = env.get("ENCLAVE_URL") or _running_api_url(home) or f"http://127.0.0.1:{DEFAULT_API_PORT}"
-        token = env.get("ENCLAVE_TOKEN") or _read_token(home / ADMIN_TOKEN_FILE)
+        url = env.get("ENCLAVE_URL") or _running_api_url(home)
+        token = env.get("ENCLAVE_TOKEN") or (_read_token(home / ADMIN_TOKEN_FILE) if url else None)
+        url = url or f"http://127.0.0.1:{DEFAULT_API_PORT}"
         return cls(url=url.rstrip("/"), token=token, project=env.get("ENCLAVE_PROJECT") or "default")
 
 

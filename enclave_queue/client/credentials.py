@@ -28,6 +28,11 @@ class Credentials:
         """From the JSON object of ``enclave queue credentials --json`` (or the API)."""
         urls = data.get("broker_urls")
         if isinstance(urls, list) and urls and all(isinstance(u, str) and u for u in urls):
+            single = data.get("broker_url")
+            if single and single not in urls:  # one was changed (a container's address, say): which holds?
+                rule = "must be one of broker_urls (the cluster's nodes), or given without them"
+                raise SpecError(f"broker_url {rule}: {single!r} is not in {urls!r}. Change both, or set only one.",
+                                errors=[{"field": "broker_url", "message": rule}])
             data = {**data, "broker_url": ",".join(urls)}  # a cluster: any node will do
         names = [f.name for f in fields(cls)]
         missing = [n for n in names if n != "consumer" and not data.get(n)]
@@ -47,6 +52,8 @@ class Credentials:
         try:
             return cls.from_dict({k: v for k, v in data.items() if v})
         except SpecError as exc:
+            if any(e["message"] != "is required" for e in exc.errors):
+                raise
             missing = ", ".join(ENV_PREFIX + e["field"].upper() for e in exc.errors)
             raise SpecError(f"The environment is missing {missing}; see 'enclave queue credentials --env'.",
                             errors=exc.errors) from None

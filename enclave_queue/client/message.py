@@ -39,6 +39,10 @@ from .settings import Settings
 
 log = logging.getLogger("enclave_queue.client")
 
+#: seconds a hand-back on what was the last receive waits to hear whether it still is (max_receives
+#: raised since); unheard by then, the message is taken as dead: the mover checks the word itself
+LAST_CHECK_WAIT = 0.5
+
 
 @dataclass(frozen=True)
 class PeekedMessage:
@@ -280,8 +284,8 @@ class Message:
         schedule's). On the last receive the message will not come back: it is held DEAD_GRACE
         seconds, so only a lost word to the mover (``_tell_if_dead``) leaves it to the advisory."""
         if self._last:  # held back and told to the mover: only if it still is (max_receives raised since?)
-            with contextlib.suppress(EnclaveError):  # unread: as it was at the receive
-                consumer = await self._settings.fresh("consumer")
+            with contextlib.suppress(EnclaveError, TimeoutError):  # unread soon: as it was at the receive
+                consumer = await asyncio.wait_for(self._settings.fresh("consumer"), LAST_CHECK_WAIT)
                 self._last = envelope.last_receive(self.receive_count, consumer["max_deliver"])
         if delay_s == 0 and not self._last:
             return b"-NAK"  # at once: no schedule to compensate for

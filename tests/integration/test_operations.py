@@ -76,11 +76,16 @@ async def test_an_account_removed_from_the_broker_comes_back(enclave_stack_facto
 
 
 def test_the_cli_ignores_the_runtime_file_of_a_dead_server(tmp_path):
+    (tmp_path / "admin-token").write_text("the-home-s-token\n")
     (tmp_path / "enclave.json").write_text(json.dumps({"pid": 2**22 + 12345, "api_url": "http://127.0.0.1:1"}))
     settings = ClientSettings.from_env({"ENCLAVE_HOME": str(tmp_path)})
-    assert settings.url == "http://127.0.0.1:7780"
+    # the default port, and not the home's token: whatever listens there is not this home's server
+    assert (settings.url, settings.token) == ("http://127.0.0.1:7780", None)
+    named = ClientSettings.from_env({"ENCLAVE_HOME": str(tmp_path), "ENCLAVE_URL": "http://127.0.0.1:8"})
+    assert (named.url, named.token) == ("http://127.0.0.1:8", "the-home-s-token")
     (tmp_path / "enclave.json").write_text(json.dumps({"pid": os.getpid(), "api_url": "http://127.0.0.1:9"}))
-    assert ClientSettings.from_env({"ENCLAVE_HOME": str(tmp_path)}).url == "http://127.0.0.1:9"
+    running = ClientSettings.from_env({"ENCLAVE_HOME": str(tmp_path)})
+    assert (running.url, running.token) == ("http://127.0.0.1:9", "the-home-s-token")
 
 
 async def test_a_stack_that_has_run_a_while_stops_cleanly_on_sigterm(enclave_stack_factory):

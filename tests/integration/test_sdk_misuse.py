@@ -132,9 +132,17 @@ def test_env_credentials_keep_every_node(stack, unique_name):
         env[name] = value.strip("'")
     assert env["ENCLAVE_QUEUE_BROKER_URLS"].startswith("nats://")  # a list joined, not its repr
     assert "None" not in env.values()
-    two = {**env, "ENCLAVE_QUEUE_BROKER_URLS": "nats://127.0.0.1:1,nats://127.0.0.1:2"}
+    two = {**env, "ENCLAVE_QUEUE_BROKER_URLS": "nats://127.0.0.1:1,nats://127.0.0.1:2",
+           "ENCLAVE_QUEUE_BROKER_URL": "nats://127.0.0.1:1"}
     assert Credentials.from_env(two).servers == ["nats://127.0.0.1:1", "nats://127.0.0.1:2"]
     assert Credentials.from_env(env).servers == [env["ENCLAVE_QUEUE_BROKER_URLS"]]
+    # one of the two changed (a container's address for the broker): which one holds is not guessed
+    changed = {**env, "ENCLAVE_QUEUE_BROKER_URL": "nats://es-system-broker:4222"}
+    with pytest.raises(SpecError, match=r"^broker_url must be one of broker_urls") as caught:
+        Credentials.from_env(changed)
+    assert caught.value.errors[0]["field"] == "broker_url"
+    alone = {k: v for k, v in changed.items() if k != "ENCLAVE_QUEUE_BROKER_URLS"}
+    assert Credentials.from_env(alone).servers == ["nats://es-system-broker:4222"]
 
 
 async def test_a_put_no_stream_takes_says_nothing_was_stored(stack, unique_name):
