@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import EnclaveError
+from ..errors import BrokerUnavailable, EnclaveError
 from ..spec import shown
 from . import problems
 from .auth import CALLER, authenticate
@@ -179,6 +179,10 @@ class RequestGuard:
                 scope[CALLER] = await authenticate(HTTPConnection(scope))
             except EnclaveError as exc:
                 await problems.from_error(exc)(scope, receive, send)
+                return
+            except problems.BROKER_ERRORS:  # the token's lookup: a broker that does not answer is a 503
+                await problems.from_error(BrokerUnavailable("The broker did not answer in time; try again "
+                                                            "shortly."))(scope, receive, send)
                 return
         refusal = _not_json(scope)
         if refusal is not None:

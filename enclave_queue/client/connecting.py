@@ -4,13 +4,21 @@ permission denied) and handed to the session (session.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any, Optional
 
-import nats
+from nats.aio.client import Client as NATS
 
 from ..errors import BrokerUnavailable, Unauthorized
 from .credentials import Credentials
 from .session import DEFAULT_TIMEOUT, Session
+
+#: seconds between the connection's pings, and the pings left unanswered before it is taken as lost:
+#: a node that stops answering without closing the socket (paused, cut off) is left within about
+#: 15 s for another of the queue's nodes (nats-py's defaults: 2 minutes a ping, 2 missed)
+PING_INTERVAL = 5.0
+MAX_OUTSTANDING_PINGS = 3
 
 
 async def open_session(creds: Credentials, *, name: str, connect_timeout: float) -> Session:
@@ -47,16 +55,24 @@ async def open_session(creds: Credentials, *, name: str, connect_timeout: float)
         if session is not None and last is not None and ("authoriz" in text or "authenticat" in text):
             session.on_revoked()
 
+    nc = NATS()
+    # one try a node; but nats-py adds the nodes a cluster's node tells of, each with tries of its
+    # own, round and round: a refused password given one node's URL had connected for ever
+    deadline = connect_timeout * (len(creds.servers) + 2)
     try:
-        nc = await nats.connect(
+        await asyncio.wait_for(nc.connect(
             creds.servers, user=creds.username, password=creds.password, inbox_prefix=creds.inbox_prefix,
             name=name, connect_timeout=connect_timeout, error_cb=on_error, reconnected_cb=on_reconnect,
             closed_cb=on_closed, allow_reconnect=True,
             max_reconnect_attempts=1, reconnect_time_wait=0.25, pending_size=64 * 1024 * 1024,
-            drain_timeout=DEFAULT_TIMEOUT,
-        )
+            drain_timeout=DEFAULT_TIMEOUT, ping_interval=PING_INTERVAL, max_outstanding_pings=MAX_OUTSTANDING_PINGS,
+        ), deadline)
         nc.options["max_reconnect_attempts"] = -1  # one try to connect, then reconnect for ever
     except Exception as exc:  # nats-py raises several unrelated types here
+        with contextlib.suppress(Exception):
+            await nc.close()
+        if isinstance(exc, TimeoutError):
+            exc = TimeoutError(f"no node took the connection within {deadline:g} s")
         if refused or "authorization" in str(exc).lower():
             raise Unauthorized(f"The broker refused user '{creds.username}': wrong username or password.") from exc
         raise BrokerUnavailable(f"Cannot connect to the broker at {creds.broker_url}: {exc!r}") from exc

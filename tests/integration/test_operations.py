@@ -168,3 +168,17 @@ def test_a_wait_rides_out_the_broker_restarting_under_it(enclave_stack_factory, 
 
 def _broker_pid(stack) -> int:
     return json.loads((stack.home / "enclave.json").read_text())["broker_pid"]
+
+
+def test_a_token_checked_while_the_broker_does_not_answer_is_a_503_not_a_500(enclave_stack_factory, tmp_path):
+    stack = enclave_stack_factory(home=tmp_path / "home")
+    url = f"{stack.api_url}/v1/projects/default/queues"
+    os.kill(stack.broker_pid, signal.SIGSTOP)
+    try:
+        for token in ("not-a-token", stack.token):  # neither looked up yet: both ask the broker
+            answer = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            assert (answer.status_code, answer.json()["title"]) == (503, "Broker unavailable"), answer.text
+            assert answer.headers["retry-after"] == "1"
+    finally:
+        os.kill(stack.broker_pid, signal.SIGCONT)
+    assert httpx.get(url, headers={"Authorization": f"Bearer {stack.token}"}, timeout=30).status_code == 200
