@@ -94,6 +94,13 @@ class Lease:
 
     async def _round(self) -> None:
         assert self._kv is not None
+        if self.held and time.monotonic() - self._renewed > GIVE_UP:
+            # not renewed for that long without a failed try: this process was paused (SIGSTOP, a
+            # frozen VM); its lease may be another node's by now, so the work stops before anything
+            # else is awaited, and this node asks for the lease again as any other would
+            log.warning("node %s has not renewed the control-plane lease for %.1f s (paused?); stopping its work",
+                        self.node, time.monotonic() - self._renewed)
+            await self._drop()
         if self.held:
             try:
                 self._revision = await asyncio.wait_for(

@@ -7,6 +7,7 @@ import asyncio
 
 import nats
 
+from enclave_queue.broker.tasks import stop_tasks
 from enclave_queue.controller import lease as lease_module
 from enclave_queue.controller.lease import Lease
 from tests.helpers import eventually
@@ -63,4 +64,38 @@ async def test_the_lease_is_renewed_while_a_slow_start_runs(nats_server, monkeyp
         release.set()
         await other.stop()
         await holder.stop()
+        await nc.close()
+
+
+async def test_a_holder_that_wakes_from_a_pause_stops_its_work_before_it_renews(nats_server):
+    # a SIGSTOP longer than the lease: another node may hold it now, so the work stops at once, not
+    # after a renewal's round trip (two nodes had held it for up to 2 s)
+    nc = await nats.connect(nats_server.url)
+    events: list[str] = []
+
+    async def acquired():
+        events.append("start")
+
+    async def lost():
+        events.append("stop")
+
+    lease = Lease(nc.jetstream(), "node-a", 1, acquired, lost)
+    try:
+        await lease.start()
+        await stop_tasks([lease._task])  # its loop paused: the test drives the rounds
+        assert (lease.held, events) == (True, ["start"])
+        renew = lease._kv.update
+
+        async def noted_renew(*args, **kwargs):
+            events.append("renew")
+            return await renew(*args, **kwargs)
+
+        lease._kv.update = noted_renew
+        lease._renewed -= lease_module.TTL + 1  # as after a pause that long
+        await lease._round()
+        assert events[:2] == ["start", "stop"]  # stopped before any renewal was tried
+        # the key was still its own (nobody took it meanwhile): taken back, and the work started again
+        assert await eventually(lambda: lease.held and events.count("start") == 2, timeout=5)
+    finally:
+        await lease.stop()
         await nc.close()
