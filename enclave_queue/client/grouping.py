@@ -68,9 +68,12 @@ class GroupCommit:
             return await self._alone(alone)
         waiting = _Waiting(subject, data, headers, sending)
         self._queued.append(waiting)
+        token = self._session.token("group")
+        self._session.waiting[token] = waiting.answer  # failed by close ("Client is closed."): never sent
         try:
             answer = await waiting.answer
         finally:
+            self._session.waiting.pop(token, None)
             with contextlib.suppress(ValueError):
                 self._queued.remove(waiting)  # cancelled before its batch went
         return answer if answer is not None else await self._alone(alone)

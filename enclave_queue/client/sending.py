@@ -96,10 +96,12 @@ class PutUnderWay:
         """Whether a copy sent now would still be recognised as the first one's duplicate."""
         return self.first_sent is None or now - self.first_sent < self.window - DEDUPE_MARGIN
 
-    def unconfirmed(self, what: str = "the message", *, keyed: bool = True) -> MaybeStored:
-        """The error of a put no copy of which was confirmed in time. ``keyed``: the caller can put
-        it again with ``msg_id`` as its dedupe key (put_many takes none)."""
-        why = (f"the connection to the broker was lost, and no copy sent again was confirmed within {self.timeout:g} s"
+    def unconfirmed(self, what: str = "the message", *, keyed: bool = True, closed: bool = False) -> MaybeStored:
+        """The error of a put no copy of which was confirmed in time (``closed``: before the client
+        was closed). ``keyed``: the caller can put it again with ``msg_id`` as its dedupe key
+        (put_many takes none)."""
+        why = ("the client was closed before the broker confirmed it" if closed else
+               f"the connection to the broker was lost, and no copy sent again was confirmed within {self.timeout:g} s"
                if self.lost else f"the broker did not confirm it within {self.timeout:g} s")
         if keyed:
             return MaybeStored(f"{what[0].upper()}{what[1:]} may have been stored: {why}. Putting it again with "
@@ -261,6 +263,10 @@ class Sending:
                         raise sending.unconfirmed()
                     raise BrokerUnavailable(NO_STREAM.format(subject=self._session.subject))
                 await asyncio.sleep(pause)
+        except RuntimeError:  # closed under it: a copy on its way may have been stored
+            if self._session.closed and sending.first_sent is not None:
+                raise sending.unconfirmed(closed=True) from None
+            raise
         finally:
             self._session.waiting.pop(token, None)
 

@@ -74,7 +74,20 @@ class Settings:
     async def fresh(self, key: str) -> Any:
         """Setting ``key`` read now, or by the read under way (what a decision that cannot be undone
         rests on)."""
-        return await asyncio.shield(self._refresh(key))
+        return await self._read(key)
+
+    async def _read(self, key: str) -> Any:
+        """The read of ``key`` under way (or a new one), awaited: ``close`` cancels it, which its
+        waiters hear as "Client is closed.", not as a cancel of their own (a TaskGroup, a
+        supervisor would take that for one)."""
+        task = self._refresh(key)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and current is not None and not current.cancelling():
+                raise RuntimeError("Client is closed.") from None
+            raise
 
     def cached(self, key: str) -> Any:
         """Setting ``key`` as last read, without awaiting anything (None if never read; a stale one
@@ -93,9 +106,9 @@ class Settings:
         if key in self._values:
             return self.cached(key)
         try:
-            return await asyncio.shield(self._refresh(key))
+            return await self._read(key)
         except BrokerUnavailable:  # the read ahead at connect met a moment the broker did not answer
-            return await asyncio.shield(self._refresh(key))
+            return await self._read(key)
 
     async def _read_consumer(self) -> dict[str, Any]:
         credentials = self._session.credentials

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from enclave_queue.client import Credentials, connect, connect_sync
-from enclave_queue.errors import BrokerUnavailable, NotFound, SpecError
+from enclave_queue.errors import BrokerUnavailable, EnclaveError, MaybeStored, NotFound, SpecError
 from tests.cli.test_cli import run
 from tests.helpers import app_connection, make_queue
 
@@ -266,3 +266,38 @@ async def test_a_body_that_is_not_what_its_content_type_says_is_a_spec_error_not
             assert message.data == data
             await message.ack()
         assert await queue.len() == 0
+
+
+async def test_close_ends_every_put_in_flight_and_says_which_may_be_stored(stack, unique_name):
+    # queued group-commit puts had hung for ever, and a put on the wire raised "Client is closed."
+    # though it was stored (a retry then stored it twice)
+    creds = make_queue(stack, unique_name)
+    queue = await connect(creds)
+    await queue.put("warm")  # settings read: the puts below go straight to the wire or queue up
+    puts = [asyncio.ensure_future(queue.put(f"m{i}", dedupe_key=f"k{i}")) for i in range(200)]
+    await asyncio.sleep(0.002)
+    await queue.close()
+    done, pending = await asyncio.wait(puts, timeout=30)
+    assert not pending  # every put ended
+    outcomes = [p.exception() or p.result() for p in puts]
+    assert all(isinstance(o, (int, MaybeStored, RuntimeError)) for o in outcomes), outcomes
+    closed = [i for i, o in enumerate(outcomes) if isinstance(o, RuntimeError) and not isinstance(o, EnclaveError)]
+    assert all(str(outcomes[i]) == "Client is closed." for i in closed)
+    async with connect(creds) as reader:
+        stored = set()
+        while batch := await reader.receive(batch=100, wait=1):
+            stored |= {m.body for m in batch}
+            await reader.delete_many(batch)
+    assert {f"m{i}" for i, o in enumerate(outcomes) if isinstance(o, int)} <= stored  # confirmed: there
+    assert not {f"m{i}" for i in closed} & stored  # "closed": never stored
+
+
+async def test_a_call_in_flight_at_close_hears_client_is_closed_not_a_cancel(stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    for _ in range(5):
+        queue = await connect(creds)
+        receiving = asyncio.ensure_future(queue.receive(batch=10, wait=5))  # its settings read under way
+        await asyncio.sleep(0)
+        await queue.close()
+        with pytest.raises(RuntimeError, match="^Client is closed"):
+            await receiving
