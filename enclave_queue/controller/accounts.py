@@ -54,6 +54,7 @@ SEAL_PURPOSE = "queue-password"
 WRONG_KEY = ("The master key does not open this data directory's secrets: ENCLAVE_MASTER_KEY or master.key is "
              "not the key the data directory was created with.")
 PUSH_CONCURRENCY = 32  #: account claims pushed at once when many change (start, freeze, thaw)
+REMOVE_WAIT = 15.0  #: seconds the clean-up gives one leftover account's removal from the broker
 #: passwords older than the previous one kept in their grace: rotations in a row (a plan applied
 #: twice) keep each one's promise; past this many, the oldest grace ends early
 MAX_EARLIER = 3
@@ -157,8 +158,9 @@ class Accounts:
     async def clean_up(self, grace: float = 0.0) -> None:
         """Remove the accounts no queue owns (an interrupted create left them: claimed, and the
         queue's record never written), claimed at least ``grace`` seconds ago (on a cluster another
-        node's create may be between its claim and its record now). One whose stream holds messages is kept, with a warning:
-        no create gets as far as storing one without its queue record, so the record was lost
+        node's create may be between its claim and its record now). One whose stream holds
+        messages is kept, with a warning: no create gets as far as storing one without its queue
+        record, so the record was lost
         (a state bucket damaged or restored from an older copy), and the messages are an
         operator's to recover, not this process's to delete."""
         assert self.store is not None
@@ -176,9 +178,13 @@ class Accounts:
                                     "some" if held is None else held)
                         continue
                     log.warning("account %s was claimed by a queue that does not exist; removing it", record.id)
-                if self.conn is not None:  # from the broker too: its account had stayed there, and its claims file
-                    await self.remove(record.id)
-                    continue
+                    if self.conn is not None:  # from the broker too: its claims had stayed there for good
+                        try:
+                            await asyncio.wait_for(self.remove(record.id), REMOVE_WAIT)
+                            continue
+                        except (TimeoutError, nats.errors.Error, EnclaveError) as exc:
+                            log.warning("account %s was not removed from the broker (%s); its record goes",
+                                        record.id, exc)
                 await store.accounts.delete(record.id)
                 self._records.pop(record.id, None)
 
