@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from .. import envelope
 from .secrets import MasterKey
 
-COPY_KINDS = ("dlq", "redrive")  #: the kinds of the control plane's copy ids (``<kind>:<32 hex>``)
+COPY_KINDS = ("dlq", "redrive", "release")  #: the kinds of the control plane's copy ids (``<kind>:<32 hex>``)
 COPY_DIGEST = 32  #: hex digits of a copy id's MAC
 PURPOSE = "dead-letter-provenance"
 VERSION = "v1"
@@ -86,6 +86,13 @@ class Provenance:
             origin = (headers.get(envelope.SOURCE_PROJECT, ""), headers.get(envelope.SOURCE_QUEUE, ""), source)
             return self._id("redrive", dlq_id, *origin)
         return self._id("redrive", dlq_id, str(sequence))
+
+
+    def release_id(self, queue_id: str, sequence: int) -> str:
+        """The ``Nats-Msg-Id`` of a release's copy of message ``sequence`` of queue ``queue_id``: two
+        releases of one stored message (a cancelled receive's, and another's after its lease ran out)
+        store one copy."""
+        return self._id("release", queue_id, str(sequence))
 
 
 def is_copy_id(msg_id: str) -> bool:

@@ -176,6 +176,7 @@ class Desk:
         copy[envelope.ID] = str(envelope.message_id(headers, seq))
         copy[envelope.PRIOR_ATTEMPTS] = str(envelope.prior_attempts(headers) + receive_count - 1)
         copy[envelope.ENQUEUED_AT] = headers.get(envelope.ENQUEUED_AT) or envelope.rfc3339(msg.time or datetime.now(UTC))
+        copy["Nats-Msg-Id"] = self.service.letters.provenance.release_id(record.id, seq)  # one copy a message
         if envelope.DEADLINE in headers:
             copy[envelope.DEADLINE] = headers[envelope.DEADLINE]
         subject = subject_for(record.spec.project, record.spec.name)
