@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, Optional, TypeVar
 
@@ -217,11 +218,19 @@ class Store:
         self.access_keys = access_keys
         self.sqs = sqs
         self.sqs_leases = sqs_leases
+        #: one count of a queue's at a time in this process: concurrent compare-and-sets of one key
+        #: retried each other's losses, a storm of reads and writes (a flood of releases)
+        self._counting: dict[str, asyncio.Lock] = {}
 
     async def count(self, key: str, field: str, by: int = 1, *, once: Optional[str] = None) -> bool:
         """Add ``by`` to one of a queue's counters (compare-and-set, so concurrent adds all land).
         With ``once``, a token naming the event (``move:<seq>``): an event counted already, among
         the queue's last RECENT_EVENTS, is not counted again. Returns whether it was counted."""
+        lock = self._counting.setdefault(key, asyncio.Lock())
+        async with lock:
+            return await self._count(key, field, by, once)
+
+    async def _count(self, key: str, field: str, by: int, once: Optional[str]) -> bool:
         while True:
             found = await self.counters.get(key)
             current = found[0] if found else QueueCounters()
@@ -237,8 +246,8 @@ class Store:
                 else:
                     await self.counters.update(key, changed, found[1])
                 return True
-            except Conflict:
-                continue
+            except Conflict:  # another process counted meanwhile (a cluster's other node)
+                await asyncio.sleep(random.uniform(0, 0.02))
 
     async def counts(self, key: str) -> QueueCounters:
         found = await self.counters.get(key)

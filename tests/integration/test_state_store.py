@@ -101,3 +101,24 @@ async def test_an_ordered_consumer_whose_connection_closed_leaves_nothing_runnin
     await nc.close()
     await pushes.unsubscribe(sub)
     await eventually(lambda: running() <= before, timeout=2, interval=0.01)
+
+
+async def test_concurrent_counts_of_one_queue_all_land_without_fighting_over_the_key(store, monkeypatch):
+    # a flood of releases counted each at once: the compare-and-sets lost to one another, retried
+    # at once, and the control plane spent minutes reading and writing one key
+    writes = []
+    update, create = store.counters.update, store.counters.create
+
+    async def noted_update(*args):
+        writes.append("update")
+        return await update(*args)
+
+    async def noted_create(*args):
+        writes.append("create")
+        return await create(*args)
+
+    monkeypatch.setattr(store.counters, "update", noted_update)
+    monkeypatch.setattr(store.counters, "create", noted_create)
+    await asyncio.gather(*(store.count("shop.orders", "released") for _ in range(50)))
+    assert (await store.counts("shop.orders")).released == 50
+    assert len(writes) == 50  # one write a count: none lost a race and was tried again
