@@ -79,6 +79,11 @@ def url_path(*segments: Segment) -> str:
 GATEWAY_STATUSES = (502, 503, 504)
 
 
+class ApiUnreachable(BrokerUnavailable):
+    """The API itself did not answer (nothing listens, or a proxy in front of it says so): unlike
+    its own 503 (its broker did not answer), not a moment a wait rides out."""
+
+
 def sendable_token(token: Optional[str]) -> bool:
     """Whether ``token`` can go into an Authorization header: printable ASCII without spaces."""
     return token is None or all("!" <= c <= "~" for c in token)
@@ -131,7 +136,7 @@ class AdminClient:
                             "the API's own address?")
 
     def _unreachable(self, exc: httpx.TransportError) -> BrokerUnavailable:
-        return BrokerUnavailable(
+        return ApiUnreachable(
             f"Cannot reach the Enclave API at {self.url} ({exc.__class__.__name__}); is 'enclave up' running?")
 
     def stream_lines(self, path: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
@@ -216,11 +221,13 @@ class AdminClient:
                 raise Timeout(f"Queue '{name}' was not ready after {timeout:g} s: {status['message']}")
 
     def _status_riding_out(self, project: str, name: str, step: float, deadline: float) -> Optional[dict[str, Any]]:
-        """The queue's status (waited for up to ``step`` seconds), or None after a moment the broker
-        did not answer (it restarts, say: the change asked for may well be applied), until
-        ``deadline``, when that is raised."""
+        """The queue's status (waited for up to ``step`` seconds), or None after a moment the API's
+        broker did not answer (it restarts, say: the change asked for may well be applied), until
+        ``deadline``, when that is raised. An API that does not answer itself is raised at once."""
         try:
             return self.queue_status(project, name, wait_seconds=max(0.1, min(step, deadline - time.monotonic())))
+        except ApiUnreachable:
+            raise
         except BrokerUnavailable:
             if time.monotonic() + step > deadline:
                 raise
@@ -342,7 +349,7 @@ def _only_json(url: str, response: httpx.Response) -> None:
     if media == "text/plain" and response.text.strip():
         said += f" ({shown(response.text.strip().splitlines()[0])})"  # its first line, cut if long
     if status in GATEWAY_STATUSES:
-        raise BrokerUnavailable(f"Cannot reach the Enclave API at {url}: the server there answered {said}.")
+        raise ApiUnreachable(f"Cannot reach the Enclave API at {url}: the server there answered {said}.")
     hint = "its log may say why." if status >= 500 else "is ENCLAVE_URL the API's own address?"
     raise EnclaveError(f"The server at {url} answered {said}, not the Enclave API's JSON; {hint}")
 
