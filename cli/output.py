@@ -129,6 +129,8 @@ def show_object(data: dict[str, Any], *, as_json: bool = False) -> None:
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
     for key, value in data.items():
+        if isinstance(value, list):  # a node's URLs, a retry schedule: as a person reads a list, not Python's repr
+            value = ", ".join(str(item) for item in value)
         table.add_row(cell(key), cell(stamp(value) if TIME_FIELD.fullmatch(key) else value))
     out.print(table)
 

@@ -50,3 +50,17 @@ def test_json_is_exact():
     body = "[/] \x1b]0;pwned\x07\r\x9b"
     assert json.loads(json.dumps(body)) == body
     assert not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f for c in json.dumps({"body": body}))
+
+
+def test_an_object_s_lists_are_shown_as_lists_not_python_reprs(monkeypatch):
+    from enclave_cli import output
+
+    console = Console(force_terminal=False, highlight=False, emoji=False, width=200)
+    monkeypatch.setattr(output, "out", console)
+    with console.capture() as captured:
+        output.show_object({"broker_urls": ["nats://a:4222", "nats://b:4222"], "retry_backoff_seconds": [5, 30],
+                            "dead_letter_queue": None})
+    lines = [line.split(None, 1) for line in captured.get().rstrip().splitlines()]
+    lines = [[part.rstrip() for part in line] for line in lines]
+    assert lines == [["broker_urls", "nats://a:4222, nats://b:4222"], ["retry_backoff_seconds", "5, 30"],
+                     ["dead_letter_queue"]]
