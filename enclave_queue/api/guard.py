@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import BrokerUnavailable, EnclaveError
+from ..errors import EnclaveError
 from ..spec import shown
 from . import problems
 from .auth import CALLER, authenticate
@@ -180,9 +180,8 @@ class RequestGuard:
             except EnclaveError as exc:
                 await problems.from_error(exc)(scope, receive, send)
                 return
-            except problems.BROKER_ERRORS:  # the token's lookup: a broker that does not answer is a 503
-                await problems.from_error(BrokerUnavailable("The broker did not answer in time; try again "
-                                                            "shortly."))(scope, receive, send)
+            except problems.BROKER_ERRORS as exc:  # the token's lookup: a broker that does not answer is a 503
+                await problems.broker_unavailable(scope["method"], scope["path"], exc)(scope, receive, send)
                 return
         refusal = _not_json(scope)
         if refusal is not None:

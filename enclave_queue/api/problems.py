@@ -57,6 +57,12 @@ def problem(status: int, title: str, detail: str, errors: list[dict[str, Any]] |
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
 
 
+def broker_unavailable(method: str, path: str, exc: BaseException) -> JSONResponse:
+    """The 503 for a request the broker did not answer in time (one of BROKER_ERRORS), logged."""
+    log.warning("%s %s: the broker did not answer: %r", method, path, exc)
+    return from_error(BrokerUnavailable("The broker did not answer in time; try again shortly."))
+
+
 def from_error(exc: EnclaveError) -> JSONResponse:
     """The problem for an error of the tree (a 401 says which scheme it wants, a 503 when to
     ask again)."""
@@ -154,8 +160,7 @@ def install(app: FastAPI, error_page: Optional[ErrorPage] = None) -> None:
         return problem(exc.status_code, title, detail, headers=headers or None)
 
     async def broker_error(request: Request, exc: Exception) -> JSONResponse:
-        log.warning("%s %s: the broker did not answer: %r", request.method, request.url.path, exc)
-        return from_error(BrokerUnavailable("The broker did not answer in time; try again shortly."))
+        return broker_unavailable(request.method, request.url.path, exc)
 
     for kind in BROKER_ERRORS:
         app.add_exception_handler(kind, broker_error)

@@ -83,17 +83,13 @@ async def _watcher(make: Callable[[], Awaitable[KeyValue.KeyWatcher]]) -> AsyncI
     try:
         yield watcher
     finally:
-        await _stop(watcher)
-
-
-async def _stop(watcher: KeyValue.KeyWatcher) -> None:
-    await pushes.unsubscribe(watcher._sub)  # no end marker: nothing reads the watcher any more
+        await pushes.unsubscribe(watcher._sub)  # no end marker: nothing reads the watcher any more
 
 
 def _stop_when_made(making: asyncio.Future[KeyValue.KeyWatcher]) -> None:
     if making.cancelled() or making.exception() is not None:
         return
-    task = asyncio.ensure_future(_stop(making.result()))
+    task = asyncio.ensure_future(pushes.unsubscribe(making.result()._sub))
     _ABANDONED.add(task)
     task.add_done_callback(_ABANDONED.discard)
 
