@@ -7,9 +7,12 @@ traceback per login. So:
 
 - a login that cannot be one of Enclave's (a username or password not of the form Enclave
   makes: ``new_account_id``, ``generate_password``) is refused with no check;
-- a username's failed checks are limited to FAILS each FAIL_WINDOW seconds; past that its logins
-  are refused unchecked until the window has passed (an app that keeps failing has a wrong
-  password anyway);
+- the current password is compared with its sealed copy in the store (accounts.py
+  ``_is_current``: an AES-GCM open, no hash), always: a flood of wrong passwords for a username,
+  which is the queue's id and no secret, once kept the right one out;
+- the hash checks of the passwords still in a rotation's grace are limited to FAILS failed ones a
+  username each FAIL_WINDOW seconds; past that those logins are refused unchecked until the
+  window has passed;
 - a password that logged in lately is known by its SHA-256 and passes with no hash check while
   its version still logs in, so an app whose username is being flooded still gets in. The
   passwords are 256 random bits, so the digest is no easier to turn back than a bcrypt hash;

@@ -175,3 +175,20 @@ def test_a_query_number_is_written_in_digits(stack, http, unique_name, written):
     body = problem(answer, 422, "Invalid specification")
     assert body["errors"][0]["field"] == "limit"
     assert http.get(f"/v1/projects/default/queues/{unique_name}/status?wait_seconds=1e1").status_code == 422
+
+
+@pytest.mark.parametrize(("query", "field", "message"), [
+    ("limit=1&limit=500", "limit", "is given more than once in the query string"),
+    ("limt=5", "limt", "is not a query parameter of this route (it takes limit)"),
+    ("limit=5&source=x", "source", "is not a query parameter of this route (it takes limit)"),
+], ids=["repeated", "typo", "another-routes"])
+def test_a_query_string_names_the_routes_own_parameters_each_once(http, unique_name, stack, query, field, message):
+    """``?limit=1&limit=500`` was read as its last value and an unknown key was ignored: what a
+    proxy's rule or a log line showed of the request was not what ran."""
+    make_queue(stack, unique_name)
+    http.post(f"{QUEUES}/{unique_name}/messages", json={"body": "kept"})
+    body = problem(http.get(f"{QUEUES}/{unique_name}/messages?{query}"), 422, "Invalid specification")
+    assert body["errors"] == [{"field": field, "message": message}]
+    assert field in body["detail"]
+    assert [m["body"] for m in http.get(f"{QUEUES}/{unique_name}/messages?limit=5").json()["messages"]] == ["kept"]
+    problem(http.get(f"{QUEUES}?project=default"), 422, "Invalid specification")  # the list takes none

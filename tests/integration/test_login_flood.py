@@ -43,3 +43,31 @@ async def test_a_password_bcrypt_cannot_take_is_refused_quietly(stack, unique_na
     assert not await _login(creds, password)
     assert await _login(creds)
     assert "could not check the password" not in stack.log_path.read_text()[len(before):]
+
+
+async def test_a_wrong_password_flood_keeps_no_right_password_out(stack, unique_name):
+    """The username is the queue's id, no secret: a stranger's flood of wrong passwords for it
+    kept out every right password the control process had not seen log in lately (a new app
+    instance, the password a rotation just gave, every app after a restart)."""
+    creds = make_queue(stack, unique_name)  # its app never logged in: its password is not known
+    stop, refused = asyncio.Event(), 0
+
+    async def flood():
+        nonlocal refused
+        while not stop.is_set():
+            results = await asyncio.gather(*(_login(creds, generate_password()) for _ in range(20)))
+            assert not any(results)
+            refused += len(results)
+
+    flooding = asyncio.create_task(flood())
+    try:
+        while refused < 40:  # the username's failed checks are used up for now
+            await asyncio.sleep(0.05)
+        assert await _login(creds)
+        with stack.admin() as admin:
+            new = admin.rotate_password("default", unique_name, grace_seconds=600)
+        assert await _login(new)
+        assert await _login(creds)  # the old one, in its grace, logged in before: known
+    finally:
+        stop.set()
+        await flooding
