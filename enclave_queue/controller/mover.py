@@ -156,6 +156,10 @@ FINISH_DEFER = 1.0
 #: the same for a reject's batch: its caller waits for the answer, and its lease may run out
 REJECT_FINISH_DEFER = 0.25
 STOP_GRACE = 2.0  #: seconds a stop gives the moves under way to finish
+#: the ``type`` of the advisory nats-server writes when a message used up its deliveries
+MAX_DELIVER_TYPE = "io.nats.jetstream.advisory.v1.max_deliver"
+CONSUMERS = frozenset(lane_consumer(level) for level in (0, *LANES))  #: a queue's consumers' names
+FORGED_LOG_SECONDS = 60.0  #: a queue's dropped non-advisories are logged once in this long at most
 
 
 class MoveError(EnclaveError):
@@ -258,6 +262,8 @@ class Mover:
         self._lull.set()
         self._sub: Any = None
         self._advisory_sub: Any = None
+        #: per queue id: non-advisories dropped since the last log line about them, and its time
+        self._forged: dict[str, tuple[int, float]] = {}
 
     # -- start and stop -------------------------------------------------------------------------
 
@@ -307,6 +313,7 @@ class Mover:
         """A queue was deleted: nothing of it is moved any more."""
         self._locks.pop(queue_id, None)
         self._quiet.pop(queue_id, None)
+        self._forged.pop(queue_id, None)
 
     def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
         task = asyncio.create_task(work, name=name)
@@ -706,9 +713,11 @@ class Mover:
             kind = advisory.subject.split(".")[2]
             if kind.lower() == "max_deliveries" and record is not None and not record.deleting:
                 # earlier versions stored adv.<id>.max_deliveries
-                body = json.loads(advisory.data)
-                dead = Dead(int(body["stream_seq"]), int(body.get("deliveries") or 0) or None)
-                await self._submit(record, dead, "advisory")
+                dead = advised(record.id, advisory.data)
+                if dead is None:
+                    self._not_advisory(record)
+                else:
+                    await self._submit(record, dead, "advisory")
             await advisory.ack()
         except Exception as exc:
             log.warning("dead letter from advisory %s not moved yet: %s", advisory.subject, exc)
@@ -717,6 +726,19 @@ class Mover:
         finally:
             self._taken -= 1
             self._room.set()
+
+    def _not_advisory(self, record: QueueRecord) -> None:
+        """Drop (ack) what came as an advisory and is not one the broker wrote (``advised``),
+        logged at the first of a queue and then once a minute at most, with how many."""
+        count, last = self._forged.get(record.id, (0, -FORGED_LOG_SECONDS))
+        now = asyncio.get_running_loop().time()
+        if now - last < FORGED_LOG_SECONDS:
+            self._forged[record.id] = (count + 1, last)
+            return
+        self._forged[record.id] = (0, now)
+        log.warning("queue %s: %d message(s) on its advisory subject that the broker did not write as "
+                    "a MAX_DELIVERIES advisory dropped (its app can have the broker answer its own "
+                    "requests there)", record.key, count + 1)
 
     async def _sweeps(self) -> None:
         while True:
@@ -895,6 +917,27 @@ class Mover:
 #: reached the broker as a malformed request), and a receive count past a million is no real one
 #: (it is signed into the dead letter as its receive count)
 MOST = {"seq": MAX_SEQUENCE, "id": MAX_SEQUENCE, "receive_count": envelope.MAX_PRIOR_ATTEMPTS}
+
+
+def advised(queue_id: str, data: bytes) -> Optional[Dead]:
+    """The dead letter a MAX_DELIVERIES advisory of queue ``queue_id``'s names, or None if
+    ``data`` is not one the broker wrote. A queue's app cannot publish on its advisory subject, but
+    it can name that subject as the reply of a request of its own (a reply is not a publish: no
+    permission covers it), so the broker's answer (a PubAck, a status, a stored message) lands there
+    too; such a message was once nakked to come again, for ever, and enough of them held every
+    queue's advisories back (MAX_ACK_PENDING). One the app wrote itself, delivered there by a pull
+    of its own, can only name a message of its own queue, which it may reject anyway."""
+    try:
+        body = json.loads(data)
+    except ValueError:  # UnicodeDecodeError too
+        return None
+    if not isinstance(body, dict) or body.get("type") != MAX_DELIVER_TYPE:
+        return None
+    seq, deliveries = body.get("stream_seq"), body.get("deliveries")
+    if (body.get("stream") != stream_name(queue_id) or body.get("consumer") not in CONSUMERS
+            or type(seq) is not int or not 1 <= seq <= MAX_SEQUENCE):
+        return None
+    return Dead(seq, deliveries if type(deliveries) is int and deliveries > 0 else None)
 
 
 def _counted(body: Any, field: str, *, needed: bool = True) -> Optional[int]:

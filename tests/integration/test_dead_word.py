@@ -18,6 +18,7 @@ import pytest
 from enclave_queue import envelope
 from enclave_queue.client import connect
 from enclave_queue.client.session import Session
+from enclave_queue.controller.mover import MAX_ACK_PENDING
 from enclave_queue.errors import EnclaveError
 from enclave_queue.names import REJECT_SUBJECT
 from enclave_queue.testing import EnclaveStack
@@ -171,6 +172,48 @@ async def test_words_the_mover_cannot_use_move_nothing_and_break_nothing(quiet_s
     (letter,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=10)
     assert letter["body"] == "mine"
     await advisories_handled(quiet_stack)
+
+
+async def test_answers_an_app_has_sent_onto_its_advisory_subject_are_dropped_and_hold_back_no_other_queue(
+        quiet_stack, unique_name, monkeypatch):
+    """An app cannot publish on its queue's advisory subject, but it can name that subject as the
+    reply of its own requests, and the broker's answers (an empty pull's status, a PubAck) then land
+    with the mover as MAX_DELIVERIES advisories. They were nakked to come again for ever: past
+    MAX_ACK_PENDING of them, no queue's advisory reached the mover, across restarts."""
+    monkeypatch.setattr(Session, "tell_dead", lambda self, sequence, receive_count: asyncio.sleep(0))
+    monkeypatch.setattr(envelope, "DEAD_GRACE", 1.0)
+    app = make_queue(quiet_stack, f"{unique_name}-app")
+    victim, _ = source_and_dlq(quiet_stack, unique_name, max_receives=1)
+    forged = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{app['stream']}.worker"
+    before = quiet_stack.log_path.read_text()
+    stored_before = (await mover_backlog(quiet_stack))[0]
+    nc = await raw(app)
+    try:
+        for _ in range(MAX_ACK_PENDING + 200):  # "404 No Messages", each
+            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{app['stream']}.worker", b'{"batch": 1, "no_wait": true}',
+                             reply=forged)
+        await nc.publish(app["subject"], b"kept", reply=forged)  # its PubAck
+        await nc.flush()
+    finally:
+        await nc.close()
+
+    async def all_stored() -> bool:
+        return (await mover_backlog(quiet_stack))[0] >= stored_before + MAX_ACK_PENDING + 201
+
+    await eventually(all_stored, timeout=10)
+    async with connect(victim) as queue:  # a plain client's way: no word, the broker's advisory
+        await queue.send("dies")
+        (message,) = await queue.receive(wait=3)
+        await message.nack()
+        assert await queue.receive(wait=3) == []  # a pull waits past the grace: the broker retires it
+    (letter,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=15)
+    assert letter["body"] == "dies"
+    await advisories_handled(quiet_stack)  # none left to come again
+    async with connect(app) as queue:
+        assert [m.body for m in await queue.peek()] == [b"kept"]
+    dropped = [line for line in quiet_stack.log_path.read_text()[len(before):].splitlines()
+               if "did not write" in line]
+    assert len(dropped) == 1 and f".{unique_name}-app:" in dropped[0], dropped  # once a minute at most
 
 
 async def test_a_changed_dead_letter_queue_takes_the_next_dead_letter(quiet_stack, unique_name):
