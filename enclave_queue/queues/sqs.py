@@ -168,13 +168,15 @@ class SqsMessages:
 
     async def _live_until(self, record: QueueRecord, sealed: dict[str, Any]) -> Optional[float]:
         """When the handle's lease ends, or None if a later receive has replaced it: as this process
-        knows it, else as a visibility change stored it (this process restarted since), else the
-        lease the handle was given."""
+        knows it, else as a visibility change stored it (this process restarted since, or another
+        node gave the handle), else the lease the handle was given. A stored lease of an earlier
+        receive than the handle's is one the handle's receive replaced (a receive stores nothing):
+        read as the handle's, it made a restart's delete delete nothing, answered as done."""
         lease = self._leases.get((record.id, sealed["s"]))
         if lease is None:
             with contextlib.suppress(EnclaveError):
                 found = await self.store.sqs_leases.get(lease_key(record.id, sealed["s"]))
-                if found is not None:
+                if found is not None and found[0].receive_count >= sealed["n"]:
                     stored = found[0]
                     lease = Lease(stored.receive_count, stored.until, stored.first_received, stored=True)
                     self._remember(record.id, sealed["s"], lease)

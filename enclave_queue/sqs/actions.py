@@ -96,8 +96,13 @@ def _token(value: str) -> str:
 
 
 def _untoken(value: Any, name: str = "NextToken") -> str:
+    """What ``_token`` made ``value`` of; InvalidParameterValue for anything else (base64's decoder
+    skips characters it does not know: ``%%%`` read as the first page)."""
     try:
-        return base64.urlsafe_b64decode(str(value).encode()).decode()
+        decoded = base64.urlsafe_b64decode(str(value).encode()).decode()
+        if _token(decoded) != value:
+            raise ValueError("not a token")
+        return decoded
     except (ValueError, UnicodeError):
         raise invalid_parameter(f"Value for parameter {name} is invalid. Reason: it is not a token this endpoint "
                                 "gave out.") from None
@@ -343,12 +348,13 @@ class Actions:
         if stored > limit:
             raise invalid_parameter(f"One or more parameters are invalid. Reason: Message must be shorter than {limit} "
                                     f"bytes (its body and message attributes as stored take {stored}).")
-        await self.messages.send(record.spec.project, record.spec.name, body, headers, dedupe, delay)
         answer = {"MD5OfMessageBody": msgs.body_md5(body), "MessageId": message_id}
         if message_attributes:
             answer["MD5OfMessageAttributes"] = msgs.attributes_md5(message_attributes)
         if system:
             answer["MD5OfMessageSystemAttributes"] = msgs.attributes_md5(system)
+        # the answer made before the message is stored: nothing after the store can fail the send
+        await self.messages.send(record.spec.project, record.spec.name, body, headers, dedupe, delay)
         return answer
 
     async def send_message_batch(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
@@ -658,8 +664,15 @@ def _check_tags(tags: Any, *, required: bool = False) -> dict[str, str]:
     if len(tags) > MAX_TAGS:
         raise invalid_parameter(f"Too many tags: a queue has at most {MAX_TAGS}.")
     for key, value in tags.items():
-        if not isinstance(key, str) or not 1 <= len(key) <= 128:
-            raise invalid_parameter(f"Tag key {str(key)[:40]!r} is invalid: a tag key is 1-128 characters.")
-        if not isinstance(value, str) or len(value) > 256:
-            raise invalid_parameter(f"The value of tag {key!r} is invalid: a tag value is 0-256 characters.")
+        if not isinstance(key, str) or not 1 <= len(key) <= 128 or not _tag_text(key):
+            raise invalid_parameter(f"Tag key {str(key)[:40]!r} is invalid: a tag key is 1-128 {TAG_CHARACTERS}.")
+        if not isinstance(value, str) or len(value) > 256 or not _tag_text(value):
+            raise invalid_parameter(f"The value of tag {key!r} is invalid: a tag value is 0-256 {TAG_CHARACTERS}.")
     return dict(tags)
+
+
+TAG_CHARACTERS = "letters, digits, spaces and _ . : / = + - @"  #: AWS's rule for tags
+
+
+def _tag_text(text: str) -> bool:
+    return all(c.isalnum() or c.isspace() or c in "_.:/=+-@" for c in text)

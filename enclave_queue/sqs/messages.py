@@ -84,7 +84,7 @@ def check_attributes(attributes: Any, kind: str = "message attribute") -> dict[s
         if not isinstance(dtype, str) or not dtype:
             raise SqsError("MissingParameter", f"The {kind} '{name}' must contain a non-empty attribute type.")
         match = _TYPE.fullmatch(dtype)
-        if not match or len(dtype) > MAX_ATTRIBUTE_NAME:
+        if not match or len(dtype) > MAX_ATTRIBUTE_NAME or _INVALID.search(dtype):
             raise invalid_parameter(f"The type of {kind} '{name}' is invalid: it must be String, Number or Binary, "
                                     "optionally followed by '.' and a label.")
         if match.group(1) == "Binary":
@@ -147,15 +147,15 @@ def encode_attributes(attributes: dict[str, dict[str, Any]]) -> str:
 
 
 def decode_attributes(header: Optional[str]) -> dict[str, dict[str, Any]]:
-    """The attributes a stored message carries (none if the header is missing or not ours)."""
+    """The attributes a stored message carries (none if the header is missing or not ours). The
+    header is checked by the rules of a send (``check_attributes``): a NATS client can write one
+    that no send would (a type or text JSON escapes into a lone surrogate), and its MD5 then failed
+    every receive that drew the message."""
     if not header:
         return {}
     try:
-        stored = parse_json(header)
-        return {name: ({"DataType": v["DataType"], "BinaryValue": base64.b64decode(v["BinaryValue"])}
-                       if "BinaryValue" in v else {"DataType": v["DataType"], "StringValue": str(v["StringValue"])})
-                for name, v in stored.items()}
-    except (ValueError, TypeError, KeyError, AttributeError, binascii.Error):
+        return check_attributes(parse_json(header))
+    except (SqsError, ValueError, TypeError, KeyError, AttributeError, binascii.Error):
         return {}
 
 

@@ -5,6 +5,7 @@ that brings it back, purge, tags, listing, and the refusals with the codes SDKs 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import threading
@@ -20,6 +21,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from moto.sqs.models import Message as MotoMessage
+
+from tests.helpers import make_queue, publish_as_an_app
 
 from .conftest import REGION, until
 
@@ -276,6 +279,9 @@ def test_tags_listing_and_a_repeated_create(sqs, stack, unique_name):
     assert page["QueueUrls"] == urls[:2] and page["NextToken"]
     rest = sqs.list_queues(QueueNamePrefix=unique_name, MaxResults=2, NextToken=page["NextToken"])
     assert rest["QueueUrls"] == urls[2:] and "NextToken" not in rest
+    for junk in ("%%%", page["NextToken"] + "%", "!" + page["NextToken"]):  # base64 skipped what it did not know
+        assert error_of(sqs.list_queues, QueueNamePrefix=unique_name, MaxResults=2, NextToken=junk)[
+            "Code"] == "InvalidParameterValue"
 
     assert sqs.create_queue(QueueName=f"{unique_name}-0")["QueueUrl"] == urls[0]  # same attributes: its URL
     differing = error_of(sqs.create_queue, QueueName=f"{unique_name}-0", Attributes={"VisibilityTimeout": "9"})
@@ -409,3 +415,42 @@ def test_a_receive_waiting_on_a_queue_that_is_deleted_ends_without_a_server_erro
     waiting.join(20)
     assert outcome in ({"messages": []}, {"error": "AWS.SimpleQueueService.NonExistentQueue"})
 
+
+
+@pytest.mark.parametrize("label", ["\ud800", "\x00"], ids=["lone-surrogate", "nul"])
+def test_an_attribute_type_with_a_character_sqs_refuses_is_refused_and_nothing_is_stored(sqs, unique_name, label):
+    """A type's label was not checked: the send answered 500 (its MD5 could not be taken) after the
+    message was stored, so boto3's retries stored it three times, and every receive that drew it
+    failed while the other messages it took stayed hidden."""
+    url = new_queue(sqs, unique_name)
+    error = error_of(sqs.send_message, QueueUrl=url, MessageBody="x",
+                     MessageAttributes={"a": {"DataType": f"String.{label}", "StringValue": "v"}})
+    assert (error["Code"], error["status"]) == ("InvalidParameterValue", 400)
+    assert "type of message attribute 'a'" in error["Message"]
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert counts["ApproximateNumberOfMessages"] == "0"
+
+
+def test_attributes_a_nats_client_wrote_that_no_send_would_are_left_off_its_receive(sqs, stack, unique_name):
+    creds = make_queue(stack, unique_name)
+    hostile = json.dumps({"a": {"DataType": "String.\ud800", "StringValue": "v"}})  # JSON escapes it
+    asyncio.run(publish_as_an_app(creds, ["odd"], lambda body: {"Sqs-Message-Attributes": hostile}))
+    url = sqs.get_queue_url(QueueName=unique_name)["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="fine", MessageAttributes={"k": {"DataType": "String", "StringValue": "v"}})
+    taken = until(lambda: sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                              MessageAttributeNames=["All"]).get("Messages"))
+    while len(taken) < 2:
+        taken += sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                     MessageAttributeNames=["All"]).get("Messages", [])
+    by_body = {m["Body"]: m for m in taken}
+    assert "MessageAttributes" not in by_body["odd"]
+    assert by_body["fine"]["MessageAttributes"] == {"k": {"DataType": "String", "StringValue": "v"}}
+
+
+@pytest.mark.parametrize("tags", [{"k\ud800": "v"}, {"k": "v\ud800"}, {"k": "<b>"}], ids=["key", "value", "markup"])
+def test_a_tag_holds_only_what_aws_allows_in_one(sqs, unique_name, tags):
+    url = new_queue(sqs, unique_name)
+    error = error_of(sqs.tag_queue, QueueUrl=url, Tags=tags)
+    assert (error["Code"], error["status"]) == ("InvalidParameterValue", 400)
+    assert "letters, digits, spaces" in error["Message"]
+    assert sqs.list_queue_tags(QueueUrl=url).get("Tags", {}) == {}

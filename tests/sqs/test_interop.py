@@ -16,7 +16,7 @@ from botocore.credentials import Credentials
 
 from enclave_queue.client import connect
 from tests.helpers import make_queue, publish_as_an_app
-from tests.sqs.conftest import boto_client, create_key
+from tests.sqs.conftest import boto_client, create_key, until
 
 
 def test_a_queue_made_through_sqs_is_an_enclave_queue(sqs, stack, unique_name):
@@ -216,6 +216,34 @@ def test_a_visibility_extended_before_a_restart_still_holds_its_handle(enclave_s
     client.delete_message(QueueUrl=url, ReceiptHandle=handle)
     counts = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("0", "0")
+
+
+def test_a_handle_of_a_later_receive_than_a_stored_visibility_change_deletes_after_a_restart(
+        enclave_stack_factory, tmp_path):
+    """A visibility change at one receive is stored; the message comes back and is received again
+    (which stores nothing). After a restart the stored lease of the earlier receive was read as the
+    new handle's: its delete answered done and deleted nothing, and the message came back."""
+    home = tmp_path / "home"
+    first = enclave_stack_factory(home=home)
+    key = create_key(first)
+    client = boto_client(first.api_url + "/sqs", key["access_key_id"], key["secret_access_key"])
+    url = client.create_queue(QueueName="again")["QueueUrl"]
+    client.send_message(QueueUrl=url, MessageBody="work")
+    [message] = client.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"]
+    client.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=1)
+    [again] = until(lambda: client.receive_message(QueueUrl=url, WaitTimeSeconds=2, VisibilityTimeout=300,
+                                                   AttributeNames=["ApproximateReceiveCount"]).get("Messages"))
+    assert again["Attributes"]["ApproximateReceiveCount"] == "2"
+    assert first.stop() == 0
+
+    second = enclave_stack_factory(home=home)
+    client = boto_client(second.api_url + "/sqs", key["access_key_id"], key["secret_access_key"])
+    url = client.get_queue_url(QueueName="again")["QueueUrl"]
+    client.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+    counts = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("0", "0")
+    with pytest.raises(client.exceptions.ClientError, match="does not exist"):  # gone, not "not in flight"
+        client.change_message_visibility(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"], VisibilityTimeout=5)
 
 
 def test_a_visibility_past_12_hours_after_the_receive_is_refused(sqs, unique_name):
