@@ -77,7 +77,11 @@ async def open_session(creds: Credentials, *, name: str, connect_timeout: float)
             raise Unauthorized(f"The broker refused user '{creds.username}': wrong username or password.") from exc
         raise BrokerUnavailable(f"Cannot connect to the broker at {creds.broker_url}: {exc!r}") from exc
     session = Session(nc, creds)
-    await session.start()
+    try:
+        await session.start()
+    except BaseException:
+        await nc.close()
+        raise
     return session
 
 

@@ -151,7 +151,11 @@ class Inspecting:
         self._session.check_open()
         partial = target.with_name(target.name + ".partial")
         try:
-            with partial.open("w", encoding="utf-8") as out:
+            out = partial.open("w", encoding="utf-8")
+        except OSError as exc:  # no such directory, no permission: the caller's path, named as given
+            raise out_of_range("path", "a file this process can write", f"{str(target)!r}: {exc.strerror}") from None
+        try:
+            with out:
                 while True:
                     page = await self._session.desk("export", {"cursor": cursor}, timeout=30.0)
                     for line in page["messages"]:

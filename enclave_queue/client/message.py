@@ -34,6 +34,7 @@ from .. import envelope
 from ..errors import BrokerUnavailable, Conflict, EnclaveError, out_of_range
 from ..spec import scheduled_delay
 from . import acks
+from .sending import utf8
 from .session import DEFAULT_TIMEOUT, Session
 from .settings import Settings
 
@@ -87,7 +88,7 @@ async def _note(session: Session, message_id: int, error: str) -> None:
 
 def _check_error(error: Any) -> None:
     """Why an attempt failed: text, or None; SpecError naming ``error`` otherwise."""
-    if error is not None and not isinstance(error, str):
+    if error is not None and not (isinstance(error, str) and utf8(error)):
         raise out_of_range("error", "text (why the attempt failed) or None", repr(error))
 
 

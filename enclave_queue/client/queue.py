@@ -55,6 +55,7 @@ raises ``RuntimeError("Client is closed.")``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional, TypeVar
@@ -126,6 +127,8 @@ class Queue:
     async def retry_delay(self, receive_count: int) -> float:
         """Seconds before a nack()ed message comes back after its ``receive_count``-th receive: the
         queue's ``retry_backoff_seconds`` entry for it (the last repeats), or 0 without one."""
+        if isinstance(receive_count, bool) or not isinstance(receive_count, int) or receive_count < 1:
+            raise out_of_range("receive_count", "an integer from 1 (the first receive)", repr(receive_count))
         return scheduled_delay(receive_count, await self._settings.backoff())
 
     # -- receiving --------------------------------------------------------------------------------
@@ -235,6 +238,11 @@ async def _connect(credentials: Credentials | dict[str, Any] | None, *, name: st
     else:
         raise out_of_range("credentials", "a Credentials, the dict 'enclave queue credentials --json' prints, or None "
                            "(the ENCLAVE_QUEUE_* environment)", f"a {type(credentials).__name__}")
-    queue = Queue(await open_session(creds, name=name, connect_timeout=connect_timeout))
+    if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or \
+            not 0 < connect_timeout < math.inf:
+        raise out_of_range("connect_timeout", "a number of seconds above 0", repr(connect_timeout))
+    if not isinstance(name, str) or not name or not name.isprintable():
+        raise out_of_range("name", "the connection's name: printable text", repr(name))
+    queue = Queue(await open_session(creds, name=name, connect_timeout=float(connect_timeout)))
     queue._settings.start()  # read ahead: a first receive or put need not wait for them
     return queue

@@ -226,6 +226,11 @@ class Receiving:
         messages = list(messages)
         if not all(isinstance(m, Message) for m in messages):
             raise out_of_range("messages", "a list of received messages", "one holding something else")
+        # another client's message (another queue's, say): its acks would be refused as not this
+        # user's, after the message was marked done, so its own client could not ack it either
+        if foreign := next((m for m in messages if m._session is not self._session), None):
+            raise out_of_range("messages", "messages this client received",
+                               f"message {foreign.id}, which another client received: ack it with that one")
         check_timeout(timeout)
         if not isinstance(confirm, bool):
             raise out_of_range("confirm", "True or False", repr(confirm))

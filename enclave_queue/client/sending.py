@@ -54,12 +54,22 @@ def check_headers(headers: Any) -> dict[str, str]:
             raise out_of_range("headers", f"{HEADERS_RULE}, none of the broker's own but Nats-Msg-Id",
                                f"the name {name!r}")
         # what would break the header block, or not come back as it was
-        if not isinstance(value, str) or any(c in value for c in "\r\n\0") or value != value.strip():
+        if (not isinstance(value, str) or any(c in value for c in "\r\n\0") or value != value.strip()
+                or not utf8(value)):
             raise out_of_range("headers", HEADERS_RULE, f"{value!r} for {name!r}")
     if (size := header_bytes(headers)) > SENDER_HEADER_BYTES:  # the rest of the room is a dead letter's
         raise out_of_range("headers", f"{HEADERS_RULE}, at most {SENDER_HEADER_BYTES} bytes together",
                            f"{size} bytes")
     return headers
+
+
+def utf8(text: str) -> bool:
+    """Whether ``text`` can be sent: UTF-8 has no lone surrogates (``"\\ud800"``)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_timeout(timeout: Any) -> float:

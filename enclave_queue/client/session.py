@@ -119,9 +119,23 @@ class Session:
         #: work ``close`` lets finish first: acks' confirmations, iterations left early handing back
         self._finishing: set[asyncio.Task[Any]] = set()
         self._shutting = False
+        self._sub_denied = ""  #: the broker's refusal of the replies' subscription, if it refused it
 
     async def start(self) -> None:
+        """Subscribe to the replies, and make sure the broker allows it: a wrong ``inbox_prefix``
+        was told once, by the first call, and every call after it waited out its timeout as if the
+        broker were down. PermissionDenied naming ``inbox_prefix`` if it does not."""
         self._sub = await self.nc.subscribe(f"{self.mux}.*", cb=self._on_reply)
+        try:
+            await self.nc.flush(DEFAULT_TIMEOUT)  # the broker answers the subscription before the PING
+        except (nats.errors.Error, TimeoutError):  # a broker slow to answer: the calls will tell
+            return
+        for _ in range(3):  # nats-py hands its error to the callback in a task of its own
+            await asyncio.sleep(0)
+        if self._sub_denied:
+            raise PermissionDenied(f"The broker refused this queue's user its replies' subjects "
+                                   f"({self._sub_denied}): inbox_prefix must be the one the queue's credentials "
+                                   f"give (got {self.credentials.inbox_prefix!r}).")
 
     # -- waiters and failures ---------------------------------------------------------------------
 
@@ -151,6 +165,8 @@ class Session:
 
     def on_denied(self, text: str) -> None:
         """The broker refused something this user sent (a permissions violation): fail what waits."""
+        if "subscription" in text.lower() and self.mux.lower() in text.lower():
+            self._sub_denied = text
         self._fail_all(PermissionDenied(f"The broker refused this queue's user: {text}."))
 
     def on_reconnect_refused(self) -> None:

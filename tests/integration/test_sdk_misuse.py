@@ -9,7 +9,7 @@ import re
 import pytest
 
 from enclave_queue.client import Credentials, connect, connect_sync
-from enclave_queue.errors import BrokerUnavailable, EnclaveError, MaybeStored, NotFound, SpecError
+from enclave_queue.errors import BrokerUnavailable, EnclaveError, MaybeStored, NotFound, PermissionDenied, SpecError
 from tests.cli.test_cli import run
 from tests.helpers import app_connection, make_queue
 
@@ -301,3 +301,52 @@ async def test_a_call_in_flight_at_close_hears_client_is_closed_not_a_cancel(sta
         await queue.close()
         with pytest.raises(RuntimeError, match="^Client is closed"):
             await receiving
+
+
+async def test_text_utf8_cannot_carry_and_bad_numbers_are_spec_errors_naming_the_field(stack, unique_name, tmp_path):
+    """A lone surrogate in a header value or an error note was a UnicodeEncodeError from deep inside;
+    retry_delay took -1 and True and broke on None; export into a missing directory named its
+    ``.partial`` file; connect_timeout=-1 was a BrokerUnavailable of "-3 s"."""
+    creds = make_queue(stack, unique_name, retry_backoff_seconds=[5, 30])
+    async with connect(creds) as queue:
+        with pytest.raises(SpecError, match=r"^headers must be") as caught:
+            await queue.put("x", headers={"X": "\ud800"})
+        assert caught.value.errors[0]["field"] == "headers"
+        await queue.put("m")
+        message = await queue.get(timeout_s=5)
+        with pytest.raises(SpecError, match=r"^error must be"):
+            await message.nack(error="\ud800")
+        await message.ack()  # the refused nack left it in hand
+        for count in (None, "5", math.nan, -1, 0, True):
+            with pytest.raises(SpecError, match=r"^receive_count must be an integer from 1"):
+                await queue.retry_delay(count)
+        assert await queue.retry_delay(2) == 30
+        missing = tmp_path / "no-such-dir" / "out.jsonl"
+        with pytest.raises(SpecError, match=r"^path must be a file this process can write") as caught:
+            await queue.export(missing)
+        assert "out.jsonl'" in caught.value.message and ".partial" not in caught.value.message
+        assert await queue.len() == 0
+    for timeout in (-1, 0, "5", math.inf, True):
+        with pytest.raises(SpecError, match=r"^connect_timeout must be a number of seconds above 0"):
+            await connect(creds, connect_timeout=timeout)
+
+
+async def test_a_wrong_inbox_prefix_is_refused_at_connect_naming_it(stack, unique_name):
+    """It was told once, by the first call, and every later call waited out its timeout as a
+    BrokerUnavailable, as if the broker were down."""
+    creds = make_queue(stack, unique_name)
+    with pytest.raises(PermissionDenied, match=r"inbox_prefix must be the one the queue's credentials give"):
+        await connect({**creds, "inbox_prefix": "_INBOX"})
+
+
+async def test_another_clients_message_is_refused_by_delete_many_and_its_own_ack_still_works(stack, unique_name):
+    """Acked through another queue's client, the message was marked done before the broker refused
+    the ack: its own client's ack then said "already acked", and it came back."""
+    creds, other_creds = make_queue(stack, unique_name), make_queue(stack, f"{unique_name}-b")
+    async with connect(creds) as queue, connect(other_creds) as other:
+        await queue.put("job")
+        message = await queue.get(timeout_s=5)
+        with pytest.raises(SpecError, match=r"^messages must be messages this client received"):
+            await other.delete_many([message])
+        await message.ack()
+        assert await queue.len() == 0
