@@ -225,7 +225,7 @@ class AdminClient:
         broker did not answer (it restarts, say: the change asked for may well be applied), until
         ``deadline``, when that is raised. An API that does not answer itself is raised at once."""
         try:
-            return self.queue_status(project, name, wait_seconds=max(0.1, min(step, deadline - time.monotonic())))
+            status = self.queue_status(project, name, wait_seconds=max(0.1, min(step, deadline - time.monotonic())))
         except ApiUnreachable:
             raise
         except BrokerUnavailable:
@@ -233,6 +233,12 @@ class AdminClient:
                 raise
             time.sleep(step)
             return None
+        # what another server answers (``null``, a list) had been taken for a moment of the broker's:
+        # asked again at once, for ever
+        if not (isinstance(status, dict) and {"state", "message", "generation", "observed_generation"} <= status.keys()):
+            raise EnclaveError(f"The server at {self.url} answered something that is not a queue's status; is "
+                               "ENCLAVE_URL the API's own address?")
+        return status
 
     def wait_deleted(self, project: str, name: str, timeout: float = 60.0, *, step: float = WAIT_STEP,
                      stop: Optional[Callable[[], bool]] = None) -> None:
