@@ -10,7 +10,9 @@ tests/integration/test_disk_faults.py):
 - JetStream stays enabled; VARZ and JSZ show nothing. Only HEALTHZ with details names each such
   stream (``JetStream stream 'A > S' write error: write …/1.blk: no space left on device``).
 - reads, receives and acks go on; a restart with room on the disk clears the errors, and every
-  acknowledged message is still there.
+  acknowledged message is still there. So is every message acked meanwhile: the consumer moved
+  past it, but its delete from the work-queue stream was never written (``drop_acked`` removes
+  those after the guard's restart).
 
 So the control plane keeps watch itself (``StorageGuard``, every POLL_SECONDS): the free space of
 the store's filesystem (statvfs) and the broker's HEALTHZ. When the disk is short (less free than
@@ -34,6 +36,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -101,6 +104,54 @@ def write_errors(health: dict[str, Any]) -> tuple[str, ...]:
         if (kind == "STREAM" and "write error" in text) or (kind == "JETSTREAM" and not meta):
             found.append(text)
     return tuple(found)
+
+
+#: the stream a HEALTHZ write error names: ``JetStream stream '<account> > <stream>' write error: …``
+_ERROR_STREAM = re.compile(r"stream '[^']* > ([^']+)'")
+_QUEUE_STREAM = re.compile(r"Q[A-Z2-7]{16}")  #: ``stream_name`` of a queue id (``new_account_id``)
+
+
+def queues_of(errors: tuple[str, ...]) -> Optional[set[str]]:
+    """The ids of the queues whose streams ``write_errors`` names; None when one of the errors is
+    not a stream's (JetStream's own: any stream may have been hit)."""
+    found: set[str] = set()
+    for error in errors:
+        match = _ERROR_STREAM.search(error)
+        if match is None:
+            return None
+        if _QUEUE_STREAM.fullmatch(match.group(1)):
+            found.add(match.group(1).lower())
+    return found
+
+
+async def drop_acked(conn: BrokerConnection, queue_id: str) -> int:
+    """Purge the messages of a queue's stream that its consumers acked and the stream kept: those at
+    or below a consumer's ack floor, on that consumer's subjects. A work-queue stream deletes a
+    message as it is acked, but an ack taken while the stream held a write error (a full disk)
+    moves the consumer's floor and the delete is never written: after the restart that clears
+    the error the message stays for good, never delivered again (the consumer is past it), shown
+    as delayed, in the queue's bytes, and out of reach of a clear (nats-server 2.15.1). Everything
+    at or below the floor was acked (it stops before a message out of receives, which the mover
+    still has to move), so only those go. How many went."""
+    body = await conn.account_jsz(queue_id)
+    stream = next((s for s in body.get("stream_detail") or [] if s.get("name") == stream_name(queue_id)), None)
+    if stream is None:
+        return 0
+    first = int((stream.get("state") or {}).get("first_seq") or 0)
+    purged = 0
+    for consumer in stream.get("consumer_detail") or []:
+        floor = int((consumer.get("ack_floor") or {}).get("stream_seq") or 0)
+        config = consumer.get("config") or {}
+        subjects = config.get("filter_subjects") or ([config["filter_subject"]] if config.get("filter_subject") else [])
+        if not floor or floor < first or not subjects:
+            continue
+        for subject in subjects:
+            answer = await conn.queue_request(queue_id, f"STREAM.PURGE.{stream_name(queue_id)}",
+                                              json.dumps({"filter": subject, "seq": floor + 1}).encode())
+            if "error" in answer:
+                raise RuntimeError(f"the broker refused the purge: {answer['error'].get('description')}")
+            purged += int(answer.get("purged", 0))
+    return purged
 
 
 @dataclass(frozen=True)
@@ -189,6 +240,8 @@ class StorageGuard:
         self.reserve = Reserve(store_dir / RESERVE_FILE)
         self.health = StoreHealth(free_bytes(store_dir), self.headroom, self.resume)
         self.on_change: Optional[Callable[[], Awaitable[None]]] = None
+        #: the ids of every queue: the write error of JetStream itself may have hit any of them
+        self.queue_ids: Callable[[], set[str]] = set
         self.refused = 0  #: puts answered with the refusal since start
         self._frozen = False
         #: other nodes' guards act on the same accounts (a cluster): one that starts thaws them
@@ -314,3 +367,15 @@ class StorageGuard:
             return
         log.warning("the broker restarted with room on its disk (%.1f MiB free): taking puts",
                     free_bytes(self.store_dir) / _MIB)
+        await self._drop_acked(errors)
+
+    async def _drop_acked(self, errors: tuple[str, ...]) -> None:
+        """After the restart: the messages acked while their stream could not write (``drop_acked``)."""
+        named = queues_of(errors)
+        for queue_id in sorted(self.queue_ids() if named is None else named):
+            try:
+                if dropped := await drop_acked(self.conn, queue_id):
+                    log.warning("queue %s: %d message(s) acked while its store could not write removed after "
+                                "the restart", queue_id, dropped)
+            except Exception as exc:  # its stream is gone, say; the others still
+                log.warning("queue %s: acked messages left by the store's write error not checked: %s", queue_id, exc)

@@ -376,6 +376,10 @@ class Accounts:
         self._records[record.id] = (record, await self.store.accounts.update(record.id, record, revision))
         return record
 
+    def claimed(self) -> set[str]:
+        """The ids of the accounts queues own (a queue's id is its account's)."""
+        return {record.id for record, _ in self._records.values() if record.owner is not None}
+
     def password(self, account_id: str) -> str:
         """The app user's current password, unsealed."""
         record = self.get(account_id)

@@ -239,6 +239,7 @@ class Runtime:
         await self.callout.start()  # apps log in from here on
         self.storage = StorageGuard(s.broker_dir, s.file_store, self.conn, self.accounts.set_frozen,
                                     self.accounts.restart_broker, shared=s.clustered)
+        self.storage.queue_ids = self.accounts.claimed
         if not s.clustered:
             await self.storage.start()
         await self._ensure_admin_token()

@@ -321,3 +321,44 @@ async def test_a_guard_that_starts_thaws_accounts_another_guard_left_frozen(runt
         await runtime.storage.start()
         await queue.put("after", timeout=10)
         assert await queue.len() == 2
+
+
+async def test_messages_acked_while_their_store_could_not_write_are_gone_after_the_recovery(tmp_path):
+    """The disk filled to the last byte under a publisher, so the queue's stream holds a write error;
+    a worker acks part of the backlog meanwhile (the broker confirms). The acks moved the consumer
+    past those messages, but their deletes were never written: after the restart that clears the
+    error they stayed for good, never delivered, counted as delayed, beyond any clear."""
+    with tmpfs(tmp_path / "disk", "200m") as disk:
+        stack = EnclaveStack.start(disk / "home")
+        try:
+            creds = make_queue(stack, "orders", max_bytes=64 * MIB)
+            async with connect(creds) as queue, connect(creds) as worker:
+                backlog = [await queue.put({"n": -i, "pad": BODY}) for i in range(1, 101)]
+                publisher = Publisher(queue)
+                task = asyncio.create_task(publisher.run())
+                try:
+                    await publisher.wait_for("ok", time.monotonic(), timeout=10)
+                    restarts = metric(stack, "enclave_broker_restarts_total")
+                    filler = await asyncio.to_thread(fill, disk / "filler", 0)
+                    await publisher.wait_for("StorageFull", time.monotonic(), timeout=REFUSED_WITHIN + PUT_TIMEOUT)
+                    acked = []
+                    while len(acked) < 40:  # the oldest first: the consumer's floor moves past them
+                        batch = await worker.receive(batch=40 - len(acked), wait=3)
+                        for message in batch:
+                            await message.ack()
+                            acked.append(message.body["n"])
+                    filler.unlink()
+                    await publisher.wait_for("ok", time.monotonic(), timeout=RECOVERED_WITHIN + PUT_TIMEOUT)
+                finally:
+                    publisher.stop.set()
+                    await task
+                assert metric(stack, "enclave_broker_restarts_total") > restarts  # the write error's restart
+                await eventually(lambda: health(stack)[0] == 200, timeout=10)
+            assert len(backlog) == 100 and sorted(acked) == list(range(-40, 0))
+            with stack.admin() as admin:
+                stats = await eventually(lambda: (lambda s: s if s["delayed"] == 0 else None)(
+                    admin.stats("default", "orders")), timeout=10)
+            assert stats["waiting"] == 60 + len(publisher.acked)
+            assert await drain(creds) == set(range(-100, -40)) | publisher.acked
+        finally:
+            stop(stack)
