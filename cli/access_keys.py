@@ -1,6 +1,7 @@
 """``enclave access-key …``: the access keys of the SQS endpoint (docs/sqs.md), each command one
 API call (``/v1/access-keys``). A key's secret is printed once, by ``create``; the server keeps it
-sealed and never shows it again."""
+sealed and never shows it again. Text arguments go into a JSON body or a query string, so text
+that is not UTF-8 is refused (``options.utf8``, exit 2) before any request."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from .client import api
-from .options import Json
+from .options import Json, utf8
 from .output import err, safe_text, show_list, show_object
 
 app = typer.Typer(help="Issue, list and revoke access keys for the SQS endpoint.", no_args_is_help=True)
@@ -17,13 +18,13 @@ app = typer.Typer(help="Issue, list and revoke access keys for the SQS endpoint.
 KEY_COLUMNS = {"access_key_id": "ACCESS KEY ID", "project": "PROJECT", "name": "NAME", "created_at": "CREATED"}
 
 ScopeProject = Annotated[Optional[str], typer.Option(
-    "--project", "-p", help="The one project the key may use (default: every project).")]
+    "--project", "-p", callback=utf8, help="The one project the key may use (default: every project).")]
 
 
 @app.command()
 def create(
     project: ScopeProject = None,
-    name: Annotated[str, typer.Option("--name", help="What the key is for (shown by list).")] = "",
+    name: Annotated[str, typer.Option("--name", callback=utf8, help="What the key is for (shown by list).")] = "",
     json: Json = False,
 ) -> None:
     """Create an access key: its id and secret (shown this once) for any AWS SDK or the AWS CLI."""
@@ -48,7 +49,7 @@ def list_(json: Json = False) -> None:
 
 @app.command()
 def revoke(
-    access_key_id: Annotated[str, typer.Argument(help="The access key id (EQAK…).")],
+    access_key_id: Annotated[str, typer.Argument(callback=utf8, help="The access key id (EQAK…).")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Revoke an access key: requests signed with it are refused from now on."""

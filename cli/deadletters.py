@@ -11,13 +11,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from enclave_queue.admin import check_path_part
 from enclave_queue.errors import BrokerUnavailable
+from enclave_queue.spec import AFTER_RULE, LIST_LIMIT_RULE, REDRIVE_MAX_RULE, REDRIVE_RATE_RULE, SEQUENCE_RULE
 
 from .client import api
 from .options import Json, Name, Project, decimal, utf8, whole
 from .output import Col, ago, err, out, print_json, safe_text, show_list
 from .queue import app, checked, project_of
 
-Seq = Annotated[int, typer.Argument(parser=whole(), help="The dead letter's sequence (from 'dead-letters').")]
+Seq = Annotated[int, typer.Argument(parser=whole(rule=SEQUENCE_RULE), help="The dead letter's sequence (from 'dead-letters').")]
 
 LETTER_COLUMNS = {
     "sequence": Col("SEQ", numeric=True),
@@ -34,8 +35,8 @@ FOLLOW_PATIENCE = 30.0  #: seconds the progress is asked again while the API can
 @app.command("dead-letters")
 def dead_letters(
     name: Name, project: Project = None, json: Json = False,
-    limit: Annotated[int, typer.Option("--limit", parser=whole(), help="Letters per page (1–500).")] = 50,
-    after: Annotated[int, typer.Option("--after", parser=whole(), help="Start after this sequence (paging).")] = 0,
+    limit: Annotated[int, typer.Option("--limit", parser=whole(rule=LIST_LIMIT_RULE), help="Letters per page (1–500).")] = 50,
+    after: Annotated[int, typer.Option("--after", parser=whole(rule=AFTER_RULE), help="Start after this sequence (paging).")] = 0,
 ) -> None:
     """List a dead-letter queue's letters: source, receive count, last error (nothing is leased)."""
     with api() as client:
@@ -82,8 +83,8 @@ def redrive(
     name: Annotated[str, typer.Argument(help="The dead-letter queue.")],
     project: Project = None,
     to: Annotated[Optional[str], typer.Option("--to", metavar="QUEUE", callback=utf8, help="Move every letter to this queue instead of its source.")] = None,
-    max_messages: Annotated[Optional[int], typer.Option("--max", parser=whole(), help="Move at most this many.")] = None,
-    rate: Annotated[Optional[float], typer.Option("--rate", parser=decimal(), help="At most this many messages per second.")] = None,
+    max_messages: Annotated[Optional[int], typer.Option("--max", parser=whole(rule=REDRIVE_MAX_RULE), help="Move at most this many.")] = None,
+    rate: Annotated[Optional[float], typer.Option("--rate", parser=decimal(rule=REDRIVE_RATE_RULE), help="At most this many messages per second.")] = None,
     filter_error: Annotated[Optional[str], typer.Option("--filter-error", metavar="TEXT", callback=utf8, help="Only letters whose last error contains TEXT.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would move; move nothing.")] = False,
     json: Json = False,

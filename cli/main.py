@@ -9,7 +9,8 @@ command's usage and ``Try '… --help' for help.`` under the error line.
 No command prints a traceback: an exception nothing expected becomes
 ``error: <ClassName>: <message>`` and exit 1; Ctrl-C is exit 130, at any moment (the app is
 imported inside ``main``, so an early Ctrl-C is caught too); a stdout closed early
-(``enclave queue list | head -1``) ends the command quietly with exit 1."""
+(``enclave queue list | head -1``) ends the command quietly with exit 1, and a stdout that
+cannot be written for another reason (``> /dev/full``) is one ``error:`` line and exit 1."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any
 UNEXPECTED = 1  #: exit code of an error nothing expected
 INTERRUPTED = 130  #: exit code after Ctrl-C (128 + SIGINT), as a shell reports it
 CLOSED_STDOUT = 1  #: exit code when stdout is closed early, as Typer itself exits then
+UNWRITABLE_STDOUT = 1  #: exit code when stdout fails otherwise (a full disk): an error, not bad input
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return CLOSED_STDOUT
+    except _StdoutFailed as exc:  # what is left in the buffer would fail again at exit, with a traceback
+        _silence_stdout()
+        return _fail(f"could not write the output: {exc.strerror or exc}.", UNWRITABLE_STDOUT, exc)
     except Exception as exc:  # the promise: no traceback, whatever went wrong
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         hint = "" if _tracebacks() else " (unexpected: ENCLAVE_TRACEBACK=1 shows the traceback)"
@@ -58,6 +63,8 @@ def _run(argv: list[str] | None) -> int:
         if isinstance(exc.__context__, KeyboardInterrupt):
             print(file=sys.stderr)  # end the prompt's line
             return INTERRUPTED
+        if not _answer_echoed(exc):
+            print(file=sys.stderr)  # end the prompt's line: the error goes on a line of its own
         return _fail("aborted.", 1, None)
     except TyperException as exc:  # usage errors: a bad option value, a missing argument
         message = exc.format_message()
@@ -70,6 +77,18 @@ def _run(argv: list[str] | None) -> int:
         return code
     except Exit as exc:
         return exc.exit_code
+
+
+def _answer_echoed(exc: BaseException) -> bool:
+    """Whether the answer to the prompt ended its line: only a terminal echoes what is typed, line
+    feed included. At the end of the input, or with the answer read from a pipe, the prompt's line
+    is still open."""
+    if isinstance(exc.__context__, EOFError):
+        return False
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (OSError, ValueError):  # stdin closed
+        return False
 
 
 def _usage_hint(exc: Exception) -> str:
@@ -104,6 +123,11 @@ def _tracebacks() -> bool:
     return os.environ.get("ENCLAVE_TRACEBACK") == "1"
 
 
+class _StdoutFailed(OSError):
+    """A write to stdout that failed other than by a closed pipe (a full disk, an I/O error): told
+    apart from the other OSErrors so that ``main`` says it is the output that was lost."""
+
+
 class _WholeWrites(io.RawIOBase):
     """A file descriptor written in full or not at all: CPython's buffered stdout takes a write to a
     pipe the reader closed midway for done (the kernel writes part, the rest is dropped without an
@@ -125,7 +149,12 @@ class _WholeWrites(io.RawIOBase):
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         while view:  # BrokenPipeError once the reader has gone
-            view = view[os.write(self.fd, view):]
+            try:
+                view = view[os.write(self.fd, view):]
+            except BrokenPipeError:
+                raise
+            except OSError as exc:
+                raise _StdoutFailed(exc.errno, exc.strerror) from exc
         return len(data)
 
 

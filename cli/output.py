@@ -3,7 +3,9 @@
 Text from a message or the server (bodies, error notes, names, any value in a table) is
 untrusted: it goes through ``safe_text`` before it reaches the terminal, so it can neither
 send escape sequences (a window title, a hidden line) nor be read as Rich markup (a link, a
-crash on ``[/]``). JSON is written as ``json.dumps`` makes it, never through Rich.
+crash on ``[/]``). JSON is written as ``json.dumps`` makes it, never through Rich, and strict: a
+server that answers NaN or Infinity (Python's json reads them, no JSON parser has to) is not the
+API, and is said to be (exit 1) rather than passed on as output that is not JSON.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+from enclave_queue.errors import EnclaveError
 
 #: piped output is never cut to a terminal's width; ':name:' in a body stays text (no emoji)
 out = Console(highlight=False, emoji=False, soft_wrap=True, width=None if sys.stdout.isatty() else 1000)
@@ -114,9 +118,19 @@ def cell(value: Any) -> Text:
     return Text(safe_text(value, markup=False))
 
 
+def strict_json(data: Any, **options: Any) -> str:
+    """``data`` (the server's answer) as JSON any parser reads; EnclaveError (exit 1) for a NaN or
+    an infinity in it, which JSON has no way to write."""
+    try:
+        return json.dumps(data, allow_nan=False, **options)
+    except ValueError:
+        raise EnclaveError("The server answered a number that JSON cannot carry (NaN or Infinity), not the Enclave "
+                           "API's JSON; is ENCLAVE_URL the API's own address?") from None
+
+
 def print_json(data: Any) -> None:
     """``data`` as exact JSON (control and non-ASCII characters as \\u escapes), not through Rich."""
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    sys.stdout.write(strict_json(data, indent=2) + "\n")
     sys.stdout.flush()
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import itertools
-import json as jsonlib
 import os
 import re
 import shlex
@@ -20,9 +19,9 @@ from typing import Annotated, Any, Optional
 import typer
 
 from enclave_queue.admin import check_path_part
-from enclave_queue.errors import EnclaveError, SpecError
+from enclave_queue.errors import DELAY_RULE, EnclaveError, SpecError
 from enclave_queue.settings import ClientSettings
-from enclave_queue.spec import MAX_RECEIVE_WAIT, RECEIVE_WAIT_RULE
+from enclave_queue.spec import MAX_RECEIVE_WAIT, PEEK_LIMIT_RULE, RECEIVE_MAX_RULE, RECEIVE_WAIT_RULE
 
 from .client import api
 from .options import (
@@ -60,12 +59,14 @@ from .output import (
     show_object,
     span,
     stamp,
+    strict_json,
 )
 from .watch import CONDITION_COLUMNS, condition_rows, watch_status
 
 app = typer.Typer(help="Declare, inspect and use queues.", no_args_is_help=True)
 
 ENV_PREFIX = "ENCLAVE_QUEUE_"
+INTERVAL_RULE = "a number of seconds from 0.5 to 60"  #: status --watch's refresh (the CLI's own)
 
 
 def project_of(project: Optional[str]) -> str:
@@ -156,7 +157,7 @@ def get(name: Name, project: Project = None, json: Json = False) -> None:
 def status(
     name: Name, project: Project = None, json: Json = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep showing the state and counts, refreshed every --interval seconds, until Ctrl-C.")] = False,
-    interval: Annotated[float, typer.Option("--interval", metavar="SECONDS", parser=decimal(), help="Seconds between refreshes with --watch (0.5–60).")] = 2.0,
+    interval: Annotated[float, typer.Option("--interval", metavar="SECONDS", parser=decimal(rule=INTERVAL_RULE), help="Seconds between refreshes with --watch (0.5–60).")] = 2.0,
 ) -> None:
     """Show a queue's state and status conditions (--watch: live, with its counts and rates)."""
     exclusive(json=json, watch=watch)
@@ -274,7 +275,7 @@ def send(
     body: Annotated[str, typer.Argument(help="Message body ('-' reads standard input; one that begins with '-' goes after '--'); bytes that are not UTF-8 are sent as binary.")],
     project: Project = None, json: Json = False,
     dedupe_key: Annotated[Optional[str], typer.Option("--dedupe-key", callback=utf8, help="1–128 characters; a key sent again within the queue's dedupe window adds nothing.")] = None,
-    delay: Annotated[float, typer.Option("--delay", metavar="SECONDS", parser=decimal(), help="Seconds before the message can be received (0–604800).")] = 0.0,
+    delay: Annotated[float, typer.Option("--delay", metavar="SECONDS", parser=decimal(rule=DELAY_RULE), help="Seconds before the message can be received (0–604800).")] = 0.0,
 ) -> None:
     """Send one message by hand."""
     data = body_bytes(body)
@@ -311,8 +312,8 @@ def body_bytes(body: str) -> bytes:
 @app.command()
 def receive(
     name: Name, project: Project = None,
-    max_messages: Annotated[int, typer.Option("--max", parser=whole(), help="Most messages to take (1–100).")] = 1,
-    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", parser=decimal(), help="Seconds to wait for a message (0–20).")] = 1.0,
+    max_messages: Annotated[int, typer.Option("--max", parser=whole(rule=RECEIVE_MAX_RULE), help="Most messages to take (1–100).")] = 1,
+    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", parser=decimal(rule=RECEIVE_WAIT_RULE), help="Seconds to wait for a message (0–20).")] = 1.0,
     delete: Annotated[bool, typer.Option("--delete", help="Delete each message once received (take it off the queue for good).")] = False,
     json: Json = False,
 ) -> None:
@@ -367,10 +368,16 @@ def delete_message(
 ) -> None:
     """Delete a message: a received one by its receipt, or any one by its sequence."""
     project = project_of(project)
+    sequence = None
+    if receipt.isascii() and receipt.isdigit():  # a sequence: a receipt is far longer than any number
+        try:
+            sequence = int(receipt)
+        except ValueError:  # more digits than int() converts: far out of a sequence's range
+            check_path_part("sequence", receipt)  # raises SpecError with the sequence's rule
     with api() as client:
-        if receipt.isascii() and receipt.isdigit():  # a sequence: a receipt is far longer than any number
-            client.delete_sequence(project, name, int(receipt))
-            err.print(f"Message {int(receipt)} deleted.")
+        if sequence is not None:
+            client.delete_sequence(project, name, sequence)
+            err.print(f"Message {sequence} deleted.")
             return
         client.delete_message(project, name, receipt)
     err.print("Message deleted.")
@@ -383,7 +390,7 @@ PEEK_COLUMNS = {"sequence": Col("SEQ", numeric=True), "sent": Col("SENT"), "cont
 @app.command()
 def peek(
     name: Name, project: Project = None, json: Json = False,
-    limit: Annotated[int, typer.Option("--limit", parser=whole(), help="Most messages to show (1–100).")] = 10,
+    limit: Annotated[int, typer.Option("--limit", parser=whole(rule=PEEK_LIMIT_RULE), help="Most messages to show (1–100).")] = 10,
 ) -> None:
     """Show the oldest messages, waiting or in flight, without receiving them (nothing is leased)."""
     with api() as client:
@@ -424,7 +431,7 @@ def export(
         sink = open_output(output) if output else sys.stdout
         try:
             for message in itertools.chain([first] if first is not None else [], messages):
-                sink.write(jsonlib.dumps(message) + "\n")
+                sink.write(strict_json(message) + "\n")
                 counts[message["status"]] += 1
         finally:
             if output:

@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Optional
 
-from .errors import SCHEDULES_DISABLED, SpecError, out_of_range
+from .errors import DELAY_RULE, MAX_DELAY, SCHEDULES_DISABLED, SpecError, out_of_range
 
 ID = "Enclave-Id"
 PRIOR_ATTEMPTS = "Enclave-Prior-Attempts"
@@ -67,12 +67,10 @@ DEAD_LETTER_HEADERS = frozenset({SOURCE_QUEUE, SOURCE_PROJECT, SOURCE_SEQUENCE, 
                                  DEAD_LETTERED_AT, LAST_ERROR, PROVENANCE})
 
 DELAY_TOKEN = "delay"
-MAX_DELAY = 7 * 86400  #: seconds a put may be delayed
 MAX_TTL = 14 * 86400  #: seconds of a start deadline (the longest retention)
 MIN_LEASE, MAX_LEASE = 1, 43200  #: seconds a lease may last (the visibility timeout's range)
 MAX_ERROR_BYTES = 1024  #: an error note is cut to this size
 
-DELAY_RULE = f"a number of seconds from 0 to {MAX_DELAY} (7 days)"
 TTL_RULE = f"a number of seconds from 1 to {MAX_TTL} (14 days), more than delay_s"
 PRIORITY_RULE = "an integer from 0 to 9 (higher is taken first)"
 LEASE_RULE = f"a number of seconds from {MIN_LEASE} to {MAX_LEASE} (12 hours)"

@@ -139,6 +139,11 @@ TOO_LARGE = 10054  #: over the stream's max_msg_size
 QUEUE_FULL = 10077  #: the stream is at max_msgs (discard new)
 ACCOUNT_FULL = 10002  #: the queue's account is at its JetStream max_file (the queue's max_bytes)
 SCHEDULES_DISABLED = 10188  #: a delayed message to a stream without allow_msg_schedules (a queue with max_messages)
+
+#: the rule of a put's delay (envelope.check_delay), here so that the CLI, which may import only
+#: errors and spec of the shared modules, says it as the API does
+MAX_DELAY = 7 * 86400  #: seconds a put may be delayed
+DELAY_RULE = f"a number of seconds from 0 to {MAX_DELAY} (7 days)"
 #: the broker's store is out of room: JetStream's "insufficient resources" (its store past
 #: max_file_store), which the control plane also answers for the broker while its disk is full
 #: (broker/storage.py: the broker itself sends no answer at all to a publish it failed to write)
