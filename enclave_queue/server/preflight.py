@@ -63,9 +63,28 @@ class DataDirLock:
         except BaseException:
             os.close(fd)
             raise
+        if (holder := self._unlinked_holder()) is not None:
+            os.close(fd)
+            raise AlreadyRunning(f"Enclave is already running on {self.home} (pid {holder}), though its lock file "
+                                 f"{self.path} was removed; stop it first.")
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
+
+    def _unlinked_holder(self) -> Optional[int]:
+        """The running ``enclave up`` whose lock file was deleted under it (a clean-up script, a hand):
+        the file this process just locked is a new one, and two would run on one data dir (the second
+        stopped the first's broker and rewrote its configuration). Linux: the process the runtime
+        file names still holds the lock's path open, shown as deleted."""
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            pid = int(json.loads((self.home / RUNTIME_FILE).read_text()).get("pid"))
+            if pid != os.getpid():
+                fds = Path(f"/proc/{pid}/fd")
+                for fd in fds.iterdir():
+                    with contextlib.suppress(OSError):
+                        if os.readlink(fd).removesuffix(" (deleted)") == os.path.realpath(self.path):
+                            return pid
+        return None
 
     def release(self) -> None:
         if self._fd is not None:

@@ -128,6 +128,29 @@ async def test_a_second_enclave_up_on_the_same_data_dir_refuses_and_touches_noth
         await queue.delete_many(messages)
 
 
+async def test_a_second_enclave_up_refuses_even_with_the_lock_file_removed(enclave_stack_factory, tmp_path):
+    """The lock file deleted under a running stack (a clean-up script): the second took a new one,
+    stopped the first's broker and rewrote its configuration, and both were broken."""
+    home = tmp_path / "home"
+    first = enclave_stack_factory(home=home)
+    creds = make_queue(first, "precious")
+    broker_pid = first.broker_pid
+    config = (home / "broker" / "nats.conf").read_bytes()
+    (home / "enclave.lock").unlink()
+
+    code, err, _ = run_up(home, "--api-port", "0", "--broker-port", "0")
+
+    assert code != 0 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (f"error: Enclave is already running on {home} (pid {first.pid}), though "
+                                            f"its lock file {home / 'enclave.lock'} was removed; stop it first.")
+    assert first.refresh()["broker_pid"] == broker_pid and alive(broker_pid)
+    assert (home / "broker" / "nats.conf").read_bytes() == config
+    assert httpx.get(first.api_url + "/healthz", timeout=5).status_code == 200
+    async with connect(creds) as queue:
+        await queue.send("still served")
+        assert [m.body for m in await queue.receive(wait=5)] == ["still served"]
+
+
 def test_a_taken_port_is_named_and_nothing_is_left_running(enclave_stack_factory, tmp_path):
     first = enclave_stack_factory()
     api_port = int(first.api_url.rsplit(":", 1)[1])
