@@ -110,6 +110,15 @@ def queue_account(queue_id: str, account: str, control: str, *, max_bytes: int,
     return account_claims(account, queue_id, **nats)
 
 
+def restored_account(account: str) -> dict[str, Any]:
+    """Stand-in claims for a queue account whose JWT the resolver directory lost while the broker
+    was down (a file deleted by hand): the broker restores the account's streams at start, and
+    asked for each such account's claims for 2 s, one after another, so that a few lost files made
+    the start time out. JetStream on, nothing imported; the control plane gives the account its
+    real claims as soon as it is up (every account's, at each start)."""
+    return account_claims(account, account, limits={**UNLIMITED, **ALL_JETSTREAM})
+
+
 def app_user(queue_id: str, user: str, account: str) -> dict[str, Any]:
     """The user the auth callout makes of a queue's password login: the app
     permissions of auth/users.py, plus REFUSED_ROOT (a put mapped there while the store is full

@@ -23,6 +23,7 @@ import contextlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import shutil
 from datetime import UTC, datetime, timedelta
@@ -35,8 +36,8 @@ import nats.js.errors
 
 from ..auth import jwt
 from ..auth.keys import OperatorKeys
-from ..auth.secrets import MasterKey, SealError, generate_password, hash_password
-from ..broker.claims import queue_account
+from ..auth.secrets import MasterKey, SealError, generate_password, hash_password, write_private
+from ..broker.claims import queue_account, restored_account
 from ..broker.config import DEFAULT_ACCOUNT_BYTES, BrokerConfig, control_reserve, render
 from ..broker.connection import BrokerConnection
 from ..broker.supervisor import Supervisor
@@ -51,6 +52,7 @@ from .logins import Logins
 
 log = logging.getLogger("enclave.controller")
 
+ACCOUNT_KEY = re.compile(r"A[A-Z2-7]{55}")  #: an account's public nkey: the name of its directory in the store
 SEAL_PURPOSE = "queue-password"
 WRONG_KEY = ("The master key does not open this data directory's secrets: ENCLAVE_MASTER_KEY or master.key is "
              "not the key the data directory was created with.")
@@ -121,7 +123,24 @@ class Accounts:
         refused before anything is renamed or started: every key of the store derives from it."""
         self._check_store_key()
         await asyncio.to_thread(upgrade_store, Path(self.base.store_dir), self.keys)
+        await asyncio.to_thread(self._restore_lost_claims)
         await self.supervisor.start(render(self.base, self.keys))
+
+    def _restore_lost_claims(self) -> None:
+        """Stand-in claims (``restored_account``) for each queue account that has streams in the
+        store and no JWT in the resolver directory."""
+        root, resolver = Path(self.base.store_dir) / "jetstream", Path(self.base.resolver_dir)
+        if not root.is_dir():
+            return
+        platform = {self.keys.public(self.keys.platform_account(role)) for role in ("system", "control", "auth")}
+        for entry in root.iterdir():
+            key = entry.name
+            if (ACCOUNT_KEY.fullmatch(key) and key not in platform and entry.is_dir()
+                    and not (resolver / f"{key}.jwt").exists()):
+                resolver.mkdir(mode=0o700, parents=True, exist_ok=True)
+                write_private(resolver / f"{key}.jwt", jwt.encode(restored_account(key), self.keys.operator))
+                log.warning("the broker's claims of account %s were missing from %s: stand-in claims written "
+                            "(its own are given once the broker is up)", key, resolver)
 
     def _check_store_key(self) -> None:
         store = Path(self.base.store_dir)

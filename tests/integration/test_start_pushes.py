@@ -8,6 +8,8 @@ import time
 import httpx
 import pytest
 
+from enclave_queue.auth.keys import OperatorKeys
+from enclave_queue.auth.secrets import MasterKey
 from enclave_queue.client import connect
 from enclave_queue.errors import Unauthorized
 from tests.helpers import make_queue
@@ -50,3 +52,30 @@ async def test_a_restart_pushes_only_the_claims_that_changed(enclave_stack_facto
 
     third = enclave_stack_factory(home=home)
     assert pushes(third) == 0
+
+
+async def test_a_start_with_account_claims_lost_from_the_resolver_serves_those_queues(enclave_stack_factory, tmp_path):
+    """Claims files deleted while the stack was down: the broker asked for each lost account for
+    2 s, one after another, while it restored its streams, and the start timed out for good. Now
+    stand-in claims let it start, and each account's own are given once it is up."""
+    home = tmp_path / "home"
+    first = enclave_stack_factory(home=home)
+    make_queue(first, "dlq")
+    made = [make_queue(first, f"queue-{n}", max_receives=1, dead_letter_queue="dlq") for n in range(1, 10)]
+    for creds in made:
+        async with connect(creds) as queue:
+            await queue.send({"kept": creds["subject"]})
+    assert first.stop() == 0
+    resolver, keys = home / "broker" / "accounts", OperatorKeys(MasterKey.load_or_create(home))
+    for creds in made:
+        (resolver / f"{keys.queue_account_public(creds['username'])}.jwt").unlink()
+
+    second = enclave_stack_factory(home=home)
+    assert "stand-in claims written" in second.log_path.read_text()
+    with second.admin() as admin:
+        now = [admin.credentials("default", f"queue-{n}") for n in range(10) if n]
+    for creds in now:
+        async with connect(creds) as queue:
+            [message] = await queue.receive(wait=5)
+            assert message.body == {"kept": creds["subject"]}
+            assert await message.reject(error="dead") == "moved"  # its imports are back: the mover answers
