@@ -143,7 +143,9 @@ class QueueMetrics:
         try:
             memory: Optional[int] = int((await self.conn.varz())["mem"])
         except Exception:  # down, restarting, or not answering: that is what broker_up says
-            memory = None
+            # and the queues' reads are not tried: each would wait out its own timeout after this
+            # one's (a broker hung as a scrape began made it take 15 s, past Prometheus's 10)
+            return _Snapshot([], False, None)
         try:
             queues = await self._read_queues()
         except Exception as exc:  # the state store not answering: the broker's numbers still go out

@@ -4,6 +4,9 @@ metrics are there; only an API token or the metrics token may scrape, and the me
 nothing else."""
 
 import contextlib
+import os
+import signal
+import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -154,3 +157,21 @@ async def test_control_plane_metrics_tokens_and_naks_kept_across_a_restart(encla
     again = enclave_stack_factory(home=home, env={"ENCLAVE_METRICS_TOKEN": METRICS_TOKEN})
     await eventually(lambda: nacked(again), timeout=10, interval=0.2)
 
+
+
+def test_a_scrape_as_the_broker_hangs_reads_nothing_after_the_broker_did_not_answer(enclave_stack_factory):
+    """The broker hung just as a scrape began: its memory read waited out its timeout, then each
+    queue read waited out its own (15 s in all, past Prometheus's 10 s scrape timeout)."""
+    stack = enclave_stack_factory()
+    make_queue(stack, "hung")
+    time.sleep(1.1)  # past the collector's cache of the last read
+    before = stack.log_path.read_text()
+    os.kill(stack.broker_pid, signal.SIGSTOP)
+    try:
+        response = httpx.get(stack.api_url + "/metrics", headers={"Authorization": f"Bearer {stack.token}"},
+                             timeout=60)
+    finally:
+        os.kill(stack.broker_pid, signal.SIGCONT)
+    assert response.status_code == 200
+    assert samples(response.text)[("enclave_broker_up", ())] == 0
+    assert "queue metrics not read" not in stack.log_path.read_text()[len(before):]
