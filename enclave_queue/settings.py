@@ -275,7 +275,9 @@ def _running_api_url(home: Path) -> str | None:
 
 
 def _read_token(path: Path) -> str | None:
+    """The file's token, as text (bytes that are not UTF-8 as U+FFFD: the CLI then says the token is
+    not one, rather than fail on decoding it)."""
     try:
-        return path.read_text().strip() or None
+        return path.read_bytes().decode("utf-8", "replace").strip() or None
     except OSError:
         return None

@@ -169,7 +169,13 @@ class Runtime:
                                      store_dir=s.broker_dir)
         await self.supervisor.stop_stale()  # before the port check: it may hold the broker port
         check_ports(s)
-        s.log_dir.mkdir(exist_ok=True)
+        try:
+            s.log_dir.mkdir(exist_ok=True)
+            if not s.log_dir.is_dir():
+                raise FileExistsError
+        except (FileExistsError, NotADirectoryError):
+            raise EnclaveError(f"{s.log_dir} must be a directory (the broker's logs go there); it is a file: move it "
+                               "away.") from None
         # the control streams' sizes and replicas, before their owners create them
         CONTROL_STREAM_BYTES.size_for(s.file_store, replicas=control_replicas(s.nodes))
         self.accounts = Accounts(base, self.supervisor, self.master, metrics=self.metrics)

@@ -156,3 +156,15 @@ def test_json_output_is_strict_json_whatever_the_server_answers(stack):
         FakeServer.answer = (200, "application/json", json.dumps({"state": "Ready", "message": 1.5}).encode())
         shown = run(stack, "queue", "get", "emails", "--json", env={"ENCLAVE_URL": url})
     assert (shown.returncode, json.loads(shown.stdout)) == (0, {"state": "Ready", "message": 1.5})
+
+
+def test_an_admin_token_file_that_is_not_text_is_no_token_not_a_crash(stack, tmp_path):
+    """The home's admin-token file holding binary bytes was an "unexpected" UnicodeDecodeError."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "enclave.json").write_text(json.dumps({"pid": os.getpid(), "api_url": stack.api_url}))
+    (home / "admin-token").write_bytes(b"\xff\xfe\x00binary")
+    result = run(stack, "queue", "list", env={"ENCLAVE_HOME": str(home), "ENCLAVE_URL": "", "ENCLAVE_TOKEN": ""})
+    assert result.returncode == 7, result.stderr
+    assert result.stderr.strip() == (f"error: the token in {home / 'admin-token'} is not an API token: it holds a "
+                                     "character that is not printable ASCII.")

@@ -151,6 +151,16 @@ async def test_a_second_enclave_up_refuses_even_with_the_lock_file_removed(encla
         assert [m.body for m in await queue.receive(wait=5)] == ["still served"]
 
 
+def test_a_log_directory_that_is_a_file_is_named_at_start(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "logs").write_text("not a directory")
+    code, err, _ = run_up(home, "--api-port", "0", "--broker-port", "0")
+    assert code != 0 and "Traceback" not in err and "unexpected" not in err
+    assert err.strip().splitlines()[-1] == (f"error: {home / 'logs'} must be a directory (the broker's logs go "
+                                            "there); it is a file: move it away.")
+
+
 def test_a_taken_port_is_named_and_nothing_is_left_running(enclave_stack_factory, tmp_path):
     first = enclave_stack_factory()
     api_port = int(first.api_url.rsplit(":", 1)[1])
