@@ -80,6 +80,16 @@ async def test_a_lease_of_the_last_receive_run_out_in_the_sdk_moves_the_message(
     assert (letter["body"], letter["receive_count"]) == ("slow", 1)
 
 
+async def nack_unheard(creds: dict[str, str], body: str) -> None:
+    """Send ``body`` and nack its last receive with the word lost (``Session.tell_dead`` patched by
+    the caller): a pull waits past the grace, so the broker retires it and writes its advisory."""
+    async with connect(creds) as queue:
+        await queue.send(body)
+        (message,) = await queue.receive(wait=3)
+        await message.nack()
+        assert await queue.receive(wait=3) == []
+
+
 async def test_without_the_word_the_advisory_moves_it(quiet_stack, unique_name, monkeypatch):
     """The word lost on the way: the message was handed back for DEAD_GRACE seconds, and the
     broker's advisory has it moved after that, as for an app on any other NATS client."""
@@ -90,11 +100,7 @@ async def test_without_the_word_the_advisory_moves_it(quiet_stack, unique_name, 
     monkeypatch.setattr(envelope, "DEAD_GRACE", 1.0)
     creds, _ = source_and_dlq(quiet_stack, unique_name, max_receives=1)
     stored_before = (await mover_backlog(quiet_stack))[0]
-    async with connect(creds) as queue:
-        await queue.send("unheard")
-        (message,) = await queue.receive(wait=3)
-        await message.nack()
-        assert await queue.receive(wait=3) == []  # a pull waits past the grace: the broker retires it
+    await nack_unheard(creds, "unheard")
     (letter,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=10)
     assert letter["body"] == "unheard"
     assert (await mover_backlog(quiet_stack))[0] == stored_before + 1  # the advisory was the way in
@@ -201,11 +207,7 @@ async def test_answers_an_app_has_sent_onto_its_advisory_subject_are_dropped_and
         return (await mover_backlog(quiet_stack))[0] >= stored_before + MAX_ACK_PENDING + 201
 
     await eventually(all_stored, timeout=10)
-    async with connect(victim) as queue:  # a plain client's way: no word, the broker's advisory
-        await queue.send("dies")
-        (message,) = await queue.receive(wait=3)
-        await message.nack()
-        assert await queue.receive(wait=3) == []  # a pull waits past the grace: the broker retires it
+    await nack_unheard(victim, "dies")  # a plain client's way: no word, the broker's advisory
     (letter,) = await eventually(lambda: letters(quiet_stack, f"{unique_name}-dlq"), timeout=15)
     assert letter["body"] == "dies"
     await advisories_handled(quiet_stack)  # none left to come again
