@@ -59,8 +59,12 @@ def problem(status: int, title: str, detail: str, errors: list[dict[str, Any]] |
 
 def broker_unavailable(method: str, path: str, exc: BaseException) -> JSONResponse:
     """The 503 for a request the broker did not answer in time (one of BROKER_ERRORS), logged."""
+    return from_error(_broker_did_not_answer(method, path, exc))
+
+
+def _broker_did_not_answer(method: str, path: str, exc: BaseException) -> BrokerUnavailable:
     log.warning("%s %s: the broker did not answer: %r", method, path, exc)
-    return from_error(BrokerUnavailable("The broker did not answer in time; try again shortly."))
+    return BrokerUnavailable("The broker did not answer in time; try again shortly.")
 
 
 def from_error(exc: EnclaveError) -> JSONResponse:
@@ -159,13 +163,21 @@ def install(app: FastAPI, error_page: Optional[ErrorPage] = None) -> None:
             return page
         return problem(exc.status_code, title, detail, headers=headers or None)
 
-    async def broker_error(request: Request, exc: Exception) -> JSONResponse:
-        return broker_unavailable(request.method, request.url.path, exc)
+    async def broker_error(request: Request, exc: Exception) -> Response:
+        error = _broker_did_not_answer(request.method, request.url.path, exc)  # logged, page or not
+        if error_page is not None and wants_page(request):  # a page a browser asked for: the console's
+            page = error_page(request, error.title, error.message, error.status)
+            page.headers["Retry-After"] = RETRY_AFTER
+            return page
+        return from_error(error)
 
     for kind in BROKER_ERRORS:
         app.add_exception_handler(kind, broker_error)
 
     @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("%s %s failed", request.method, request.url.path)
-        return problem(500, "Internal error", "The server failed to handle the request; see its log.")
+        title, detail = "Internal error", "The server failed to handle the request; see its log."
+        if error_page is not None and wants_page(request):  # a page a browser asked for: the console's
+            return error_page(request, title, detail, 500)
+        return problem(500, title, detail)

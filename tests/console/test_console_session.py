@@ -1,22 +1,30 @@
 """The console session's defences: the CSRF header on cookie reads of secrets and message
 bodies, CSRF values that are not ASCII, cookie flags over HTTPS (behind a trusted proxy, and
-not from an untrusted one), and the sign-in limit per client address.
+not from an untrusted one), the sign-in limit per client address, and the console's own error
+page (with the page's headers) for a page that is not there, a broker that does not answer, a bug.
 
 The HTTPS and sign-in-limit tests run on a stack of their own that trusts 127.0.0.1 as a proxy
 (ENCLAVE_TRUSTED_PROXIES): a blocked address would lock the shared stack's other tests out."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+import signal
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.cookies import SimpleCookie
 from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
 from playwright.sync_api import Page
 
+from enclave_queue.api import problems
 from enclave_queue.console.throttle import MAX_FAILURES
 from enclave_queue.testing import EnclaveStack
 from tests.helpers import make_queue
@@ -182,3 +190,54 @@ def test_a_browser_asking_for_a_page_that_is_not_there_gets_the_console_s_page(s
             assert "GET" in page.headers["allow"]
     api = httpx.get(stack.api_url + "/projects/default/nope")  # no browser: the problem, as before
     assert api.headers["content-type"] == "application/problem+json"
+
+
+def test_a_page_the_broker_does_not_answer_is_the_console_s_503_page(enclave_stack):
+    """Not the API's JSON problem, without the page's headers (it was, for a broker that did not
+    answer a page's reads): the console's error page, with its sign-out, CSP, X-Frame-Options and
+    no-store, and when to ask again. A stack of its own: its broker is stopped for a moment."""
+    stack = enclave_stack
+    session = set_cookies(sign_in(stack, stack.token))["enclave_session"]["value"]
+    url = f"{stack.api_url}/projects/default/queues"
+    with httpx.Client(timeout=30, headers={"Accept": "text/html", "Cookie": f"enclave_session={session}"}) as http:
+        assert http.get(url).status_code == 200
+        os.kill(stack.broker_pid, signal.SIGSTOP)
+        try:
+            page = http.get(url)
+            api = http.get(url, headers={"Accept": "application/json"})  # no browser: the problem, as before
+        finally:
+            os.kill(stack.broker_pid, signal.SIGCONT)
+    assert page.status_code == 503, page.text[:200]
+    assert page.headers["content-type"].startswith("text/html")
+    assert page.headers["retry-after"] == "1"
+    assert page.headers["cache-control"] == "no-store"
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert "<h1>Broker unavailable</h1>" in page.text
+    assert "The broker did not answer in time; try again shortly." in page.text
+    assert 'action="/sign-out"' in page.text
+    assert (api.status_code, api.headers["content-type"]) == (503, "application/problem+json")
+
+
+def test_an_unexpected_error_on_a_page_is_the_console_s_500_page():
+    """The catch-all too: a page a browser asked for is the error page the app was given; the API's
+    answer stays the JSON problem."""
+    app = FastAPI()
+    problems.install(app, error_page=lambda request, title, detail, status: HTMLResponse(
+        f"<h1>{title}</h1><p>{detail}</p>", status_code=status))
+
+    @app.get("/projects/default/boom")
+    @app.get("/v1/boom")
+    async def boom() -> None:
+        raise RuntimeError("a bug")
+
+    async def ask(path: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app, raise_app_exceptions=False)  # answered, as a server does
+        async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+            return await client.get(path, headers={"Accept": "text/html"})
+
+    with ThreadPoolExecutor(1) as thread:  # this one may run Playwright's event loop
+        page, api = (thread.submit(asyncio.run, ask(path)).result() for path in ("/projects/default/boom", "/v1/boom"))
+    assert (page.status_code, page.headers["content-type"]) == (500, "text/html; charset=utf-8")
+    assert page.text == "<h1>Internal error</h1><p>The server failed to handle the request; see its log.</p>"
+    assert (api.status_code, api.headers["content-type"]) == (500, "application/problem+json")

@@ -2,7 +2,8 @@
 stack: the Send form's delay, dedupe key and headers; what a hand-back did; clearing handled
 cards; a source queue's dead letters where they are (on its dead-letter queue), counted per
 source; Save saying so and the conditions following without a reload; errors in the form's words;
-the lease a retry schedule sets; the Metrics charts read by their data; a 420 px window."""
+the lease a retry schedule sets; the Metrics charts read by their data; a 420 px window, which a
+body, header or error of punctuation does not widen."""
 
 from __future__ import annotations
 
@@ -282,3 +283,49 @@ def test_every_page_fits_a_420_px_window(console: Page, stack, unique_name):
     assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 420
     expect(row.locator('[data-col="waiting"]')).to_be_visible()
     shot(console, "queues-420px")
+
+
+#: valid JSON with no place a line may break: ``word-break: break-all`` breaks between letters,
+#: not in a run of punctuation (``overflow-wrap: anywhere`` does)
+BRACKETS = "[" * 500 + "]" * 500
+
+
+def test_a_body_header_and_error_of_punctuation_wrap_in_a_420_px_window(console: Page, stack, unique_name):
+    """A received card, a peek and a dead letter whose body, header and last error are long runs of
+    punctuation: the page stays as wide as the window (it was 7870 px wide in 420 px)."""
+    dlq = f"{unique_name}-dlq"
+    make_queue(stack, dlq)
+    creds = make_queue(stack, unique_name, dead_letter_queue=dlq, max_receives=3)
+    with connect_sync(creds) as queue:
+        queue.send(BRACKETS, headers={"Trace-Id": "(" * 300})
+        [dying] = queue.receive(1, wait=5)
+        dying.reject(error="!" * 300)
+        queue.send(BRACKETS, headers={"Trace-Id": "{" * 300})
+    console.set_viewport_size({"width": 420, "height": 800})
+
+    def fits(*cells) -> None:
+        """The page is no wider than the window, nor is any of ``cells``, whose text wraps within
+        it (a table scrolls in its box when its columns need more room, but a body of brackets
+        made one 8779 px wide; an error cell's text ran out of its 30rem)."""
+        assert console.evaluate("document.documentElement.scrollWidth") <= 420
+        for cell in cells:
+            box = cell.bounding_box()
+            assert box is not None and box["width"] <= 420
+            inside, shown = cell.evaluate("cell => [cell.scrollWidth, cell.clientWidth]")
+            assert inside <= shown
+
+    console.goto(queue_url(stack, unique_name, "messages"))
+    console.get_by_role("button", name="Peek").click()
+    peeked = console.locator("[data-peek] tbody tr pre")
+    expect(peeked).to_have_text(BRACKETS)
+    fits(peeked)
+    console.get_by_role("button", name="Receive").click()
+    card = console.locator("[data-received] li").first
+    expect(card.locator("[data-body]")).to_have_text(BRACKETS)
+    expect(card.locator("[data-headers]")).to_contain_text("{" * 300)
+    fits(card)
+    console.goto(queue_url(stack, dlq, "dead-letters"))
+    letter = console.locator("[data-letters] tbody tr").first
+    expect(letter.locator("[data-last-error]")).to_have_text("!" * 300, timeout=15_000)
+    fits(letter.locator("[data-last-error]"), letter.locator("pre"))
+    shot(console, "punctuation-420px")
