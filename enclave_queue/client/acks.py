@@ -239,11 +239,12 @@ def _unsettled(acks: list[Ack], pending: dict[int, Ack], refused: dict[int, str]
     return BrokerUnavailable(f"The broker did not confirm {len(pending)} acknowledgement(s) within {timeout:g} s.")
 
 
-async def ack_unconfirmed(session: Session, replies: list[str]) -> None:
-    """``+ACK`` each reply subject without waiting for the broker (a plain NATS ``ack()``)."""
+async def ack_unconfirmed(session: Session, replies: list[str], payload: bytes = b"+ACK") -> None:
+    """``payload`` (``+ACK``) to each reply subject without waiting for the broker (a plain NATS
+    ``ack()``)."""
     session.check_open()
     for reply in replies:
-        await session.nc.publish(reply, b"+ACK")
+        await session.nc.publish(reply, payload)
 
 
 async def hand_back(session: Session, replies: list[str], settled: Optional[Callable[[], None]] = None) -> None:

@@ -22,6 +22,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -43,6 +44,9 @@ log = logging.getLogger("enclave_queue.client")
 #: seconds a hand-back on what was the last receive waits to hear whether it still is (max_receives
 #: raised since); unheard by then, the message is taken as dead: the mover checks the word itself
 LAST_CHECK_WAIT = 0.5
+#: seconds of a lease below which a message waiting its turn in an iteration is taken as run out:
+#: a renewal sent then might reach the broker after the lease ended and renew another worker's
+RENEW_MARGIN = 0.25
 
 
 @dataclass(frozen=True)
@@ -405,6 +409,41 @@ async def received(session: Session, settings: Settings, msgs: list[Msg], lease_
             if lease_s != message._server_lease:
                 message._lease(lease_s)
     return kept
+
+
+async def keep_waiting(session: Session, messages: list[Message]) -> tuple[list[Message], float]:
+    """The messages an iteration fetched and has not handed out yet, kept leased while they wait
+    their turn behind a slow handler: those with less than half of their lease left are renewed
+    together (``+WPI``, unconfirmed: one lost lets that lease run out, as before). Those whose lease
+    ran out are left out: they may be another worker's now, and come back as any lease that ran
+    out does. (They were handed out all the same, to fail their acks, and the receives they spent
+    sent messages that no worker had failed to the dead-letter queue.) Returns the messages kept,
+    and when (``time.monotonic()``) the first of them will need renewing: nothing to look at before."""
+    kept: list[Message] = []
+    renewed: list[Message] = []
+    now = time.monotonic()
+    due = math.inf
+    for waiting in messages:
+        if waiting._settled:
+            continue
+        if waiting._keeper is not None:  # a lease of its own (lease_s): its keeper renews it or gives it back
+            kept.append(waiting)
+            continue
+        lease = waiting._broker_lease()
+        left = min(waiting._lease_end, waiting._lease_start + lease) - now
+        if left <= RENEW_MARGIN:
+            continue
+        if left < lease / 2:
+            renewed.append(waiting)
+            left = lease
+        kept.append(waiting)
+        due = min(due, now + left - lease / 2)
+    if renewed:
+        await acks.ack_unconfirmed(session, [waiting._reply for waiting in renewed], b"+WPI")
+        for waiting in renewed:
+            waiting._lease_start = now
+            waiting._lease_end = now + waiting._broker_lease()
+    return kept, due
 
 
 async def ack_all(session: Session, messages: Iterable[Message], timeout: float = DEFAULT_TIMEOUT, *,

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Optional
 
@@ -165,7 +167,17 @@ class Receiving:
                 if not unseen and stop_when_empty:
                     return
                 pending = self._prefetch(batch, wait, lease_s)
+                due = -math.inf  #: when a message waiting its turn needs its lease renewed (keep_waiting)
                 while unseen:
+                    if time.monotonic() >= due:  # this batch's and the next's wait behind a slow handler
+                        ahead = pending.result() if pending.done() and not pending.cancelled() and \
+                            pending.exception() is None else []
+                        kept, due = await message.keep_waiting(self._session, [*unseen, *ahead])
+                        held = {id(m) for m in kept}
+                        unseen = [m for m in unseen if id(m) in held]
+                        ahead[:] = [m for m in ahead if id(m) in held]
+                        if not unseen:
+                            break
                     received = unseen.pop(0)
                     received._window = window
                     yield received

@@ -1,6 +1,7 @@
 """get (a long poll) and iterate (async and sync generators), against the real broker."""
 
 import asyncio
+from datetime import UTC, datetime
 
 import pytest
 
@@ -156,3 +157,23 @@ async def test_leaving_iterate_early_hands_the_fetched_messages_back_at_once_uns
             await message.ack()
         assert sorted(body for body, _ in rest) == list(range(1, 30))  # back at once, not after 60 s
         assert {attempts for _, attempts in rest} == {1}  # and not counted as tried
+
+
+async def test_iterate_hands_out_no_message_whose_lease_ran_out_while_it_waited_its_turn(stack, unique_name):
+    """A batch's messages (and the next, fetched meanwhile) wait their turn behind a slow handler:
+    those whose lease ran out were handed out all the same, to fail their ack, and the receives
+    they spent sent messages no worker had failed to the dead-letter queue."""
+    make_queue(stack, f"{unique_name}-dlq")
+    creds = make_queue(stack, unique_name, visibility_timeout_seconds=2, max_receives=2,
+                       dead_letter_queue=f"{unique_name}-dlq")
+    async with connect(creds) as queue:
+        await queue.send_batch([f"m{i}" for i in range(20)])
+        handled = []
+        async for message in queue.iterate(batch=10, stop_when_empty=True):
+            assert message.lease_expires_at > datetime.now(UTC), message  # handed out with its lease
+            await asyncio.sleep(0.25)  # ten of these outlast a lease
+            await message.ack()
+            handled.append(message.body)
+    assert sorted(handled) == sorted(f"m{i}" for i in range(20))
+    with stack.admin() as admin:
+        assert admin.queue_status("default", unique_name)["dead_lettered"] == 0
