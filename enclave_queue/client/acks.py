@@ -115,7 +115,7 @@ async def confirm(session: Session, acks: list[Ack], timeout: float = DEFAULT_TI
                 waiters.append((token, future))
                 future.add_done_callback(functools.partial(answered, index))
                 sent_at[index] = loop.time()
-                await session.nc.publish(pending[index].reply, pending[index].payload, reply=f"{session.mux}.{token}")
+                await session.publish(pending[index].reply, pending[index].payload, reply=f"{session.mux}.{token}")
             if then is not None:
                 await then()
                 then = None
@@ -244,7 +244,7 @@ async def ack_unconfirmed(session: Session, replies: list[str], payload: bytes =
     ``ack()``)."""
     session.check_open()
     for reply in replies:
-        await session.nc.publish(reply, payload)
+        await session.publish(reply, payload)
 
 
 async def hand_back(session: Session, replies: list[str], settled: Optional[Callable[[], None]] = None) -> None:

@@ -100,7 +100,7 @@ async def pull(session: Session, batch: int, *, wait: float = 0.0, level: int = 
                 request = _request(batch - len(messages), piece if waits else 0.0)
                 buffered = not session.nc.is_connected  # nats-py sends it when the connection is back
                 reconnect = session.reconnect
-                await session.nc.publish(subject, request, reply=reply)
+                await session.publish(subject, request, reply=reply)
                 answer_at = loop.time() + (piece + PULL_GRACE if waits else NO_WAIT_ANSWER)
             until = answer_by if buffered and loop.time() >= answer_at else min(answer_at, answer_by)
             await _until(loop, waiter.done, reconnect, until)
@@ -224,7 +224,7 @@ async def pull_any(session: Session, levels: tuple[int, ...], wait: float) -> li
             request = _request(1, piece)
             reconnect = session.reconnect
             for level in levels:
-                await session.nc.publish(next_subject(session, level), request, reply=f"{inbox}.{current}.{level}")
+                await session.publish(next_subject(session, level), request, reply=f"{inbox}.{current}.{level}")
             await asyncio.wait({waiter.done, reconnect}, timeout=piece + PULL_GRACE, return_when=asyncio.FIRST_COMPLETED)
             if waiter.done.done():
                 waiter.done.result()  # raises PermissionDenied, Unauthorized or "Client is closed."

@@ -253,7 +253,7 @@ class Sending:
                 if sending.may_resend(now):
                     if sending.first_sent is None:
                         sending.first_sent = now
-                    await self._session.nc.publish(subject, data, reply=f"{self._session.mux}.{token}", headers=headers)
+                    await self._session.publish(subject, data, reply=f"{self._session.mux}.{token}", headers=headers)
                 wait = min(sending.deadline - now, RESEND_AFTER)
                 await asyncio.wait({future, reconnect}, timeout=max(wait, 0.001), return_when=asyncio.FIRST_COMPLETED)
                 pause = 0.0

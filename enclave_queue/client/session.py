@@ -186,6 +186,20 @@ class Session:
         if self._closing is None and not self.nc.is_closed:
             self._closing = asyncio.get_running_loop().create_task(self.nc.close())
 
+    async def publish(self, subject: str, payload: bytes, *, reply: str = "",
+                      headers: Optional[dict[str, str]] = None) -> None:
+        """``nc.publish``, with a connection nats-py closed told as the session's own error:
+        ``Unauthorized`` once the broker cut the user off (its queue deleted, say), "Client is
+        closed.", else ``BrokerUnavailable``. nats-py may close before its callback has said why,
+        and its ``ConnectionClosedError`` reached the app, past every ``except EnclaveError``."""
+        try:
+            await self.nc.publish(subject, payload, reply=reply, headers=headers)
+        except nats.errors.ConnectionClosedError:
+            for _ in range(3):  # the closed callback, in a task of its own, says why
+                await asyncio.sleep(0)
+            self.check_open()
+            raise BrokerUnavailable("The connection to the broker was closed.") from None
+
     def check_open(self) -> None:
         """Raise ``RuntimeError`` once closed, ``Unauthorized`` once the broker cut the user off."""
         if self.closed:
@@ -279,7 +293,7 @@ class Session:
                 self.check_open()
                 token, future = self.new_waiter()
                 reconnect = self.reconnect
-                await self.nc.publish(subject, payload, reply=f"{self.mux}.{token}")
+                await self.publish(subject, payload, reply=f"{self.mux}.{token}")
                 if not resend:
                     return await self.await_reply(token, future, timeout, f"the request to {subject}")
                 await asyncio.wait({future, reconnect}, timeout=max(until - loop.time(), 0.001),

@@ -32,7 +32,7 @@ import pytest
 from nats.js import api
 
 from enclave_queue.client import connect, pulls, receiving
-from enclave_queue.errors import Conflict, MaybeStored
+from enclave_queue.errors import Conflict, EnclaveError, MaybeStored
 from tests.helpers import account_store, eventually, make_queue, pulls_waiting
 
 pytestmark = pytest.mark.slow
@@ -413,3 +413,19 @@ async def test_an_ack_not_confirmed_before_its_lease_ran_out_raises_conflict(enc
                 await message.ack()
         finally:
             os.kill(stack.broker_pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("verb", ["get", "receive", "len", "ack"])
+async def test_a_connection_nats_py_closed_under_the_client_is_an_enclave_error(stack, unique_name, verb):
+    """nats-py closes the connection itself when the broker cuts the user off (the queue deleted),
+    sometimes before its callback has said why: the next call raised nats-py's own
+    ConnectionClosedError, past every ``except EnclaveError``."""
+    creds = make_queue(stack, unique_name)
+    async with connect(creds) as queue:
+        await queue.put("x")
+        message = await queue.get(timeout_s=5)
+        await queue._session.nc.close()  # as nats-py does on its own
+        calls = {"get": lambda: queue.get(timeout_s=1), "receive": lambda: queue.receive(wait=1),
+                 "len": queue.len, "ack": message.ack}
+        with pytest.raises(EnclaveError):
+            await calls[verb]()
