@@ -45,7 +45,7 @@ from .spec import (
 )
 from .state.kv import Store
 from .state.queries import dead_letter_users, declared, depth_reads
-from .state.records import QueueRecord, QueueStatus
+from .state.records import AccountRecord, QueueRecord, QueueStatus
 
 DELETE_ATTEMPTS = 5  #: times a delete reads the record again when another write came first
 
@@ -354,13 +354,16 @@ class QueueService:
         ``password_version`` (1 at creation, one more at each rotation) and, while the one before
         it still logs in, until when."""
         record = await self.lookup.live(project, name)
-        account = await self.accounts.fetch(record.id)
+        return self._credentials(record, await self.accounts.fetch(record.id))
+
+    def _credentials(self, record: QueueRecord, account: Optional[AccountRecord]) -> dict[str, Any]:
+        project, name = record.spec.project, record.spec.name
         until = account.previous_until if account is not None and in_grace(account) else None
         return {
             "broker_url": self.broker_url(),
             "broker_urls": self.broker_urls(),
             "username": username(record.id),
-            "password": self.accounts.password(record.id),
+            "password": self.accounts.password_of(account) if account is not None else self.accounts.password(record.id),
             "subject": subject_for(project, name),
             "inbox_prefix": inbox_prefix(record.id),
             "stream": stream_name(record.id),
@@ -376,8 +379,8 @@ class QueueService:
         if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int) or not 0 <= grace_seconds <= MAX_GRACE:
             raise out_of_range("grace_seconds", GRACE_RULE, given(grace_seconds))
         record = await self.lookup.live(project, name)
-        await self.accounts.rotate(record.id, grace_seconds)
-        return await self.credentials(project, name)
+        # the credentials of this rotation, not of one that came right after it
+        return self._credentials(record, await self.accounts.rotate(record.id, grace_seconds))
 
     async def read_secret(self, project: str, secret: str) -> dict[str, str]:
         """A managed secret's value (today: a queue's password, ``<queue>-password``)."""

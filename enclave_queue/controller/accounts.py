@@ -20,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hmac
 import json
 import logging
 import re
 import secrets
 import shutil
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Optional
@@ -43,7 +45,7 @@ from ..broker.connection import BrokerConnection
 from ..broker.supervisor import Supervisor
 from ..broker.tasks import log_failure, stop_tasks
 from ..broker.upgrade import config_mode_accounts, upgrade_store
-from ..errors import EnclaveError, StorageFull
+from ..errors import Conflict, EnclaveError, StorageFull
 from ..metrics.instruments import ControlMetrics
 from ..names import CONTROL_ACCOUNT, stream_name
 from ..state.kv import Store
@@ -52,6 +54,7 @@ from .logins import Logins
 
 log = logging.getLogger("enclave.controller")
 
+CHANGE_TRIES = 3  #: writes of one change of an account's record, each after reading what another node wrote
 ACCOUNT_KEY = re.compile(r"A[A-Z2-7]{55}")  #: an account's public nkey: the name of its directory in the store
 SEAL_PURPOSE = "queue-password"
 WRONG_KEY = ("The master key does not open this data directory's secrets: ENCLAVE_MASTER_KEY or master.key is "
@@ -90,6 +93,15 @@ def graces(record: AccountRecord, now: Optional[datetime] = None) -> list[Earlie
     return live
 
 
+async def _grace_ended(record: AccountRecord, *, now: datetime) -> AccountRecord:
+    """``record`` without the passwords whose grace ended by ``now``."""
+    gone = not in_grace(record, now)
+    return record.model_copy(update={
+        "previous_hash": None if gone else record.previous_hash,
+        "previous_until": None if gone else record.previous_until,
+        "earlier": tuple(p for p in record.earlier if p.until > now)})
+
+
 def grace_ends(record: AccountRecord) -> list[datetime]:
     """When each grace the record holds ends (ended ones too, until they are forgotten)."""
     return ([record.previous_until] if record.previous_until is not None else []) + [p.until for p in record.earlier]
@@ -107,6 +119,7 @@ class Accounts:
         self.conn: Optional[BrokerConnection] = None
         self._pushed: dict[str, tuple[int, bool, tuple[int, ...]]] = {}  #: what each was pushed with
         self._records: dict[str, tuple[AccountRecord, int]] = {}
+        self._changing: dict[str, asyncio.Lock] = {}  #: per account: its record's read-change-write (``_change``)
         self.logins = Logins()  #: what password checks may cost
         self._claiming = asyncio.Lock()
         self._graces: Optional[asyncio.Task[None]] = None
@@ -368,11 +381,15 @@ class Accounts:
         """Set the account's storage limit (StorageFull if it does not fit); True if it changed.
         The broker gets it with the next ``ensure_applied``."""
         assert self.store is not None
-        record, revision = self._records[account_id]
+        record, _ = self._records[account_id]
         if account_bytes(record) == max_bytes:
             return False
         self.check_room(max_bytes, account_id)
-        await self._save(record.model_copy(update={"max_bytes": max_bytes}), revision)
+
+        async def limited(current: AccountRecord) -> AccountRecord:
+            return current.model_copy(update={"max_bytes": max_bytes})
+
+        await self._change(account_id, limited)
         return True
 
     # -- records --------------------------------------------------------------------------------
@@ -395,6 +412,25 @@ class Accounts:
         self._records[record.id] = (record, await self.store.accounts.update(record.id, record, revision))
         return record
 
+    async def _change(self, account_id: str,
+                      change: Callable[[AccountRecord], Awaitable[AccountRecord]]) -> AccountRecord:
+        """Write ``change`` of the account's record as it is now: one change of an account at a time
+        in this process (a rotation hashes between its read and its write, and a limit or a grace's
+        end written meanwhile made it a 409 naming the account, or left a grace running on), and
+        one another node wrote meanwhile is read and changed again (CHANGE_TRIES in all)."""
+        assert self.store is not None
+        async with self._changing.setdefault(account_id, asyncio.Lock()):
+            for attempt in range(CHANGE_TRIES):
+                record, revision = self._records[account_id]
+                try:
+                    return await self._save(await change(record), revision)
+                except Conflict:
+                    found = await self.store.accounts.get(account_id) if attempt + 1 < CHANGE_TRIES else None
+                    if found is None:
+                        raise
+                    self._records[account_id] = found
+            raise AssertionError("unreachable")
+
     def claimed(self) -> set[str]:
         """The ids of the accounts queues own (a queue's id is its account's)."""
         return {record.id for record, _ in self._records.values() if record.owner is not None}
@@ -404,6 +440,10 @@ class Accounts:
         record = self.get(account_id)
         if record is None:
             raise EnclaveError(f"Account {account_id} does not exist.")
+        return self.password_of(record)
+
+    def password_of(self, record: AccountRecord) -> str:
+        """The current password of ``record``, unsealed."""
         return self.master.unseal(record.sealed_password, SEAL_PURPOSE, record.id).decode()
 
     def check_master_key(self) -> None:
@@ -489,19 +529,20 @@ class Accounts:
         (0: refused at once, and its connections closed, and so are those of every earlier
         password still in its grace: an emergency). Otherwise the earlier graces run on (the newest
         MAX_EARLIER of them). Returns the updated record."""
-        record, revision = self._records[account_id]
-        password = generate_password()
-        now = datetime.now(UTC)
-        until = now + timedelta(seconds=grace_seconds)
-        rotated = record.model_copy(update={
-            "password_version": record.password_version + 1,
-            "password_hash": await asyncio.to_thread(hash_password, password),
-            "sealed_password": self.master.seal(password.encode(), SEAL_PURPOSE, account_id),
-            "previous_hash": record.password_hash if grace_seconds > 0 else None,
-            "previous_until": until if grace_seconds > 0 else None,
-            "earlier": tuple(graces(record, now)[:MAX_EARLIER]) if grace_seconds > 0 else (),
-        })
-        await self._save(rotated, revision)
+        async def rotation(record: AccountRecord) -> AccountRecord:
+            password = generate_password()
+            now = datetime.now(UTC)
+            until = now + timedelta(seconds=grace_seconds)
+            return record.model_copy(update={
+                "password_version": record.password_version + 1,
+                "password_hash": await asyncio.to_thread(hash_password, password),
+                "sealed_password": self.master.seal(password.encode(), SEAL_PURPOSE, account_id),
+                "previous_hash": record.password_hash if grace_seconds > 0 else None,
+                "previous_until": until if grace_seconds > 0 else None,
+                "earlier": tuple(graces(record, now)[:MAX_EARLIER]) if grace_seconds > 0 else (),
+            })
+
+        rotated = await self._change(account_id, rotation)
         await self.push(rotated)
         self._grace_changed.set()
         return rotated
@@ -513,14 +554,10 @@ class Accounts:
         while True:
             now = datetime.now(UTC)
             ends = [end for r, _ in self._records.values() for end in grace_ends(r)]
-            for record, revision in list(self._records.values()):
+            for record, _ in list(self._records.values()):
                 if any(end <= now for end in grace_ends(record)):
-                    gone = not in_grace(record, now)
                     try:
-                        ended = await self._save(record.model_copy(update={
-                            "previous_hash": None if gone else record.previous_hash,
-                            "previous_until": None if gone else record.previous_until,
-                            "earlier": tuple(p for p in record.earlier if p.until > now)}), revision)
+                        ended = await self._change(record.id, functools.partial(_grace_ended, now=now))
                         await self.ensure_applied(ended.id)  # pushed at the start already, if it ended meanwhile
                     except (EnclaveError, nats.errors.Error, OSError) as exc:
                         log.warning("could not end the password grace of %s yet: %s", record.id, exc)
@@ -539,6 +576,7 @@ class Accounts:
         await self.store.accounts.delete(account_id)
         self._records.pop(account_id, None)
         self._pushed.pop(account_id, None)
+        self._changing.pop(account_id, None)
         await self.conn.pool.forget(account_id)
         key = self.keys.queue_account_public(account_id)
         notice = jwt.encode({"sub": self.keys.public(self.keys.operator),

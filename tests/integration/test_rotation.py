@@ -4,6 +4,7 @@ one is refused and the connections made with it are closed; bad graces are refus
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -122,3 +123,31 @@ def test_the_cli_rotates_and_prints_the_new_credentials(stack, unique_name):
     bad = subprocess.run([sys.executable, "-m", "enclave_cli.main", "queue", "rotate-password", unique_name,
                           "--grace", "-5"], env=stack.env, capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "--grace" in bad.stderr
+
+
+async def test_rotations_and_limit_changes_at_once_all_go_through(stack, unique_name):
+    """A rotation hashes its new password between reading the account's record and writing it: a
+    rotation or a new max_bytes written meanwhile made it a 409 naming the account's id."""
+    make_queue(stack, unique_name)
+
+    def rotate() -> dict:
+        with stack.admin() as admin:
+            return admin.rotate_password("default", unique_name, grace_seconds=600)
+
+    def limit(n: int) -> dict:
+        with stack.admin() as admin:
+            return admin.update_queue("default", unique_name, {"max_bytes": (20 + n) * 1024 * 1024})
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        rotations = [pool.submit(rotate) for _ in range(4)]
+        limits = [pool.submit(limit, n) for n in range(4)]
+        answers = [f.result() for f in rotations]  # none raised
+        [f.result() for f in limits]
+    assert sorted(a["password_version"] for a in answers) == [2, 3, 4, 5]
+    with stack.admin() as admin:
+        now = admin.credentials("default", unique_name)
+        admin.wait_ready("default", unique_name, timeout=30)
+    assert now["password_version"] == 5
+    async with connect(now) as queue:
+        await queue.put("after")
+        assert await queue.len() == 1
