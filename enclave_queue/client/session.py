@@ -36,7 +36,7 @@ from nats.aio.msg import Msg
 from nats.nuid import NUID
 
 from .. import envelope
-from ..errors import BrokerUnavailable, EnclaveError, PermissionDenied, Unauthorized, from_problem
+from ..errors import BrokerUnavailable, EnclaveError, NotFound, PermissionDenied, Unauthorized, from_problem
 from ..names import DESK_SUBJECT, ERRORS_SUBJECT, NOTES_SUBJECT, REJECT_SUBJECT
 from .credentials import Credentials
 from .inboxes import Inboxes
@@ -48,6 +48,7 @@ RETRY_WINDOW = 3.0  #: seconds to keep asking a request nobody answered (a reloa
 RESEND_AFTER = 2.0  #: seconds without an answer before a put or an acknowledgement is sent again
 FIRST_PAUSE = 0.01  #: seconds before the first try again after "no responders"
 LAST_PAUSE = 0.25  #: seconds between tries again at most (the pause doubles up to it)
+STREAM_NOT_FOUND = 10059  #: the JetStream API's err_code for a stream that does not exist
 #: seconds a reconnect may go on being refused before the credentials count as revoked: the broker
 #: refuses every login while the control plane's auth callout is away (a broker restart it has not
 #: caught up with, a control process restarting), which says nothing about the credentials
@@ -320,6 +321,10 @@ class Session:
         if "error" in answer:
             if missing is not None and answer["error"].get("err_code") == missing:
                 return None
+            if answer["error"].get("err_code") == STREAM_NOT_FOUND:  # its queue is not made yet, or gone
+                raise NotFound(f"The queue of subject '{self.subject}' has no stream on the broker: it is still "
+                               "being created (wait until it is Ready: 'enclave queue create --wait'), or it was "
+                               "deleted.")
             raise EnclaveError(f"The broker refused {verb}: {answer['error'].get('description')}.")
         return answer
 

@@ -11,7 +11,7 @@ import pytest
 from enclave_queue.client import Credentials, connect, connect_sync
 from enclave_queue.errors import BrokerUnavailable, EnclaveError, MaybeStored, NotFound, PermissionDenied, SpecError
 from tests.cli.test_cli import run
-from tests.helpers import app_connection, make_queue
+from tests.helpers import app_connection, make_queue, queue_account_connection
 
 
 async def test_bodies_json_cannot_carry_are_refused_and_nothing_is_stored(stack, unique_name):
@@ -350,3 +350,14 @@ async def test_another_clients_message_is_refused_by_delete_many_and_its_own_ack
             await other.delete_many([message])
         await message.ack()
         assert await queue.len() == 0
+
+
+async def test_a_queue_whose_stream_is_not_there_is_not_found_naming_why(stack, unique_name):
+    """A put right after a create without --wait (the stream not made yet) raised a bare
+    EnclaveError naming the internal stream."""
+    creds = make_queue(stack, unique_name)
+    async with queue_account_connection(stack, creds["username"]) as nc:
+        await nc.jetstream().delete_stream(creds["stream"])  # as before the controller makes it
+        async with connect(creds) as queue:
+            with pytest.raises(NotFound, match=r"has no stream on the broker: it is still being created"):
+                await queue.put("early")
