@@ -26,7 +26,8 @@ of the queue id and the sequence (a repeated move within the DLQ's dedupe window
 new, and no app can guess the id to pre-empt it) and headers naming the source, the receive
 count, the first enqueue time, the last error the app reported and when it was dead-lettered,
 signed with an ``Enclave-Provenance`` MAC (auth/provenance.py); then count it (once: a repeated
-move counts nothing again); then delete it from the source; then ack the advisory. A queue
+move counts nothing again); then delete it from the source; then ack the advisory (acked too if
+the move failed, say for a full DLQ: this process keeps the move and tries it again). A queue
 without a DLQ has the message discarded after its last receive, counted as discarded.
 
 Moves are made a queue's batch at a time (under load most round trips are waits, not work), in
@@ -159,7 +160,9 @@ STOP_GRACE = 2.0  #: seconds a stop gives the moves under way to finish
 #: the ``type`` of the advisory nats-server writes when a message used up its deliveries
 MAX_DELIVER_TYPE = "io.nats.jetstream.advisory.v1.max_deliver"
 CONSUMERS = frozenset(lane_consumer(level) for level in (0, *LANES))  #: a queue's consumers' names
-FORGED_LOG_SECONDS = 60.0  #: a queue's dropped non-advisories are logged once in this long at most
+FORGED_LOG_SECONDS = 60.0  #: a queue's dropped non-advisories (and its moves that wait) are logged once in this long at most
+STUCK_RETRY_SECONDS = 2.0  #: between two tries of the moves from advisories that failed (``Mover._stuck_move``)
+STUCK_MAX = 100_000  #: such moves remembered a queue; past it, the sweep finds the rest
 
 
 class MoveError(EnclaveError):
@@ -264,6 +267,9 @@ class Mover:
         self._advisory_sub: Any = None
         #: per queue id: non-advisories dropped since the last log line about them, and its time
         self._forged: dict[str, tuple[int, float]] = {}
+        #: per queue id: the moves from advisories that failed, by sequence, tried again (``_stuck_move``)
+        self._stuck: dict[str, dict[int, Dead]] = {}
+        self._stuck_logged: dict[str, float] = {}  #: per queue id: when its waiting moves were last logged
 
     # -- start and stop -------------------------------------------------------------------------
 
@@ -273,6 +279,7 @@ class Mover:
         self._tasks = [
             asyncio.create_task(self._advisories(), name="deadletters-advisories"),
             asyncio.create_task(self._sweeps(), name="deadletters-sweep"),
+            asyncio.create_task(self._retry_stuck(), name="deadletters-stuck"),
         ]
 
     async def _ensure_advisories(self) -> None:
@@ -314,6 +321,8 @@ class Mover:
         self._locks.pop(queue_id, None)
         self._quiet.pop(queue_id, None)
         self._forged.pop(queue_id, None)
+        self._stuck.pop(queue_id, None)
+        self._stuck_logged.pop(queue_id, None)
 
     def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
         task = asyncio.create_task(work, name=name)
@@ -697,7 +706,7 @@ class Mover:
 
     async def _queue_advisories(self, queue_id: str, advisories: list[Msg]) -> None:
         """One queue's advisories of a fetch: its record read once, each advisory acked once its
-        message is moved (or gone), nakked to come again if the move failed."""
+        message is moved (or gone), or its move failed (this process tries it again: ``_stuck_move``)."""
         try:
             record: Optional[QueueRecord] = await self.index.record_of(queue_id, cached=True)
         except Exception as exc:
@@ -707,6 +716,7 @@ class Mover:
         await asyncio.gather(*(self._advisory(record, advisory, failure) for advisory in advisories))
 
     async def _advisory(self, record: Optional[QueueRecord], advisory: Msg, failure: Optional[Exception]) -> None:
+        dead: Optional[Dead] = None
         try:
             if failure is not None:
                 raise failure
@@ -720,12 +730,67 @@ class Mover:
                     await self._submit(record, dead, "advisory")
             await advisory.ack()
         except Exception as exc:
-            log.warning("dead letter from advisory %s not moved yet: %s", advisory.subject, exc)
-            with contextlib.suppress(nats.errors.Error):
-                await advisory.nak(delay=2)
+            if record is not None and dead is not None:  # the move failed: this process tries it again
+                self._stuck_move(record, dead, exc)
+                with contextlib.suppress(nats.errors.Error):
+                    await advisory.ack()
+            else:  # its queue not read: the advisory comes again
+                log.warning("dead letter from advisory %s not moved yet: %s", advisory.subject, exc)
+                with contextlib.suppress(nats.errors.Error):
+                    await advisory.nak(delay=2)
         finally:
             self._taken -= 1
             self._room.set()
+
+    def _stuck_move(self, record: QueueRecord, dead: Dead, exc: BaseException) -> None:
+        """A move from an advisory that failed (its DLQ full, missing, or not answering): kept here
+        and tried again every STUCK_RETRY_SECONDS (``_retry_stuck``), its advisory acked. Nakked to
+        come again instead, every one held a place of the advisory consumer's MAX_ACK_PENDING: one
+        queue with thousands of messages waiting for room on its DLQ stopped the advisories of every
+        other queue, and each logged a warning every 2 s. Lost with this process: then the sweep
+        finds them (once their queue has nothing in flight)."""
+        stuck = self._stuck.setdefault(record.id, {})
+        if len(stuck) < STUCK_MAX:
+            stuck[dead.seq] = dead
+        self._stuck_said(record, len(stuck), exc)
+
+    def _stuck_said(self, record: QueueRecord, count: int, exc: BaseException) -> None:
+        """Log a queue's moves that wait, at the first and then once a minute at most."""
+        now = asyncio.get_running_loop().time()
+        if now - self._stuck_logged.get(record.id, -FORGED_LOG_SECONDS) >= FORGED_LOG_SECONDS:
+            self._stuck_logged[record.id] = now
+            log.warning("queue %s: %d dead letter(s) not moved yet, tried again every %g s: %s", record.key, count,
+                        STUCK_RETRY_SECONDS, exc)
+
+    async def _retry_stuck(self) -> None:
+        """Try the moves that failed again (``_stuck_move``), a batch of a queue at a time while they
+        go through."""
+        while True:
+            await asyncio.sleep(STUCK_RETRY_SECONDS)
+            for queue_id in list(self._stuck):
+                try:
+                    await self._retry_queue(queue_id)
+                except Exception as exc:  # its record not read: next time
+                    log.debug("stuck dead letters of %s not tried: %s", queue_id, exc)
+
+    async def _retry_queue(self, queue_id: str) -> None:
+        record = await self.index.record_of(queue_id, cached=True)
+        if record is None or record.deleting:
+            self._stuck.pop(queue_id, None)
+            return
+        while stuck := self._stuck.get(queue_id):
+            batch = list(stuck.values())[:MOVE_BATCH]
+            outcomes = await asyncio.gather(*(self._submit(record, dead, "advisory") for dead in batch),
+                                            return_exceptions=True)
+            for dead, outcome in zip(batch, outcomes, strict=True):
+                if not isinstance(outcome, BaseException):
+                    stuck.pop(dead.seq, None)
+            if not stuck:
+                self._stuck.pop(queue_id, None)
+            failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+            if failed:  # no room yet: the next round
+                self._stuck_said(record, len(stuck), failed[0])
+                return
 
     def _not_advisory(self, record: QueueRecord) -> None:
         """Drop (ack) what came as an advisory and is not one the broker wrote (``advised``),

@@ -291,3 +291,38 @@ async def test_a_reject_with_numbers_the_mover_cannot_use_is_refused_naming_the_
         assert await message.reject("no good") == "moved"
     (letter,) = letters(quiet_stack, f"{unique_name}-dlq")
     assert (letter["body"], letter["last_error"]) == ("mine", "no good")
+
+
+async def test_moves_waiting_for_room_on_their_dlq_hold_no_advisory_back(quiet_stack, unique_name, monkeypatch):
+    """A move its DLQ refused (full) had its advisory nakked to come again every 2 s, for ever: each
+    held a place of the advisory consumer's 4,096, so one queue with thousands of messages waiting
+    for room stopped every other queue's advisories, and each logged a warning every 2 s. Now this
+    process tries them again itself, and the advisories are done with."""
+    monkeypatch.setattr(Session, "tell_dead", lambda self, sequence, receive_count: asyncio.sleep(0))
+    monkeypatch.setattr(envelope, "DEAD_GRACE", 1.0)
+    dlq = make_queue(quiet_stack, f"{unique_name}-dlq", max_messages=25)
+    creds = make_queue(quiet_stack, unique_name, max_receives=1, dead_letter_queue=f"{unique_name}-dlq")
+    before = quiet_stack.log_path.read_text()
+    async with connect(dlq) as letters_queue, connect(creds) as queue:
+        await letters_queue.send_batch([f"filler-{i}" for i in range(25)])  # the DLQ is full
+        await queue.send_batch([f"m{i}" for i in range(20)])
+        taken = []
+        while len(taken) < 20:
+            taken += await queue.receive(batch=20, wait=3)
+        for message in taken:
+            await message.nack()
+        assert await queue.receive(wait=3) == []  # a pull waits past the grace: the broker retires them
+        await advisories_handled(quiet_stack)  # none held for a retry, none to come again
+        assert await queue.len() == 20  # they wait for room, on their queue
+        fillers = []
+        while len(fillers) < 25:  # room (the fillers only: the letters may come meanwhile)
+            batch = await letters_queue.receive(batch=25 - len(fillers), wait=1)
+            assert all(m.body.startswith("filler-") for m in batch)
+            await letters_queue.delete_many(batch)
+            fillers += batch
+    moved = await eventually(lambda: (lambda found: found if len(found) == 20 else None)(
+        letters(quiet_stack, f"{unique_name}-dlq")), timeout=15)
+    assert sorted(m["body"] for m in moved) == sorted(f"m{i}" for i in range(20))
+    waiting = [line for line in quiet_stack.log_path.read_text()[len(before):].splitlines()
+               if "not moved yet" in line]
+    assert 1 <= len(waiting) <= 3, waiting  # a queue's, once a minute at most: not one a message every 2 s
