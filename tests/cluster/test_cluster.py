@@ -105,6 +105,7 @@ class Traffic:
         self.deleted: set[int] = set()
         self.after_delete: list[int] = []
         self.stop = asyncio.Event()
+        self.published = asyncio.Event()  #: the publisher's last send has ended: nothing more is acked
         self.tasks: list[asyncio.Task] = []
 
     async def __aenter__(self) -> "Traffic":
@@ -113,7 +114,11 @@ class Traffic:
 
     async def __aexit__(self, *exc) -> None:
         self.stop.set()
-        await asyncio.gather(*self.tasks)
+        try:
+            await self.tasks[0]
+        finally:  # the worker drains what was acked, the last send's too (it had ended before it)
+            self.published.set()
+            await self.tasks[1]
 
     async def _publish(self) -> None:
         n = 0
@@ -130,7 +135,7 @@ class Traffic:
 
     async def _work(self) -> None:
         async with connect(self.creds) as queue:
-            while not self.stop.is_set() or not self.acked <= self.deleted:
+            while not self.published.is_set() or not self.acked <= self.deleted:
                 try:
                     messages = await queue.receive(batch=20, wait=1, lease_s=5)
                     for message in messages:
@@ -141,7 +146,7 @@ class Traffic:
                         self.deleted.add(n)
                 except EnclaveError:
                     await asyncio.sleep(0.1)
-                if self.stop.is_set() and time.monotonic() > self.drain_until:
+                if self.published.is_set() and time.monotonic() > self.drain_until:
                     return
 
     drain_until = float("inf")
