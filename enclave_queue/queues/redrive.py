@@ -11,6 +11,7 @@ moved, so the counts are exact.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -188,10 +189,14 @@ async def _move_chunk(task: RedriveTask, record: QueueRecord, letters: Letters, 
     if FAULT == "stop-after-redrive-publish":
         os.kill(os.getpid(), signal.SIGSTOP)
     subject = subject_for(record.spec.project, record.spec.name)
+    # counted as this task's move only what this task took off the DLQ: another redrive of it at the
+    # same time publishes the same letters (stored once: their Nats-Msg-Id) and both counted them
     if contiguous and len(moved) == len(chunk) and moved:
-        await _ridden_out(record, lambda: retry_unavailable(lambda: js.purge_stream(
-            stream, subject=subject, seq=moved[-1].sequence + 1)))
+        request = json.dumps({"filter": subject, "seq": moved[-1].sequence + 1}).encode()
+        answer = await _ridden_out(record, lambda: retry_unavailable(lambda: js._api_request(
+            f"$JS.API.STREAM.PURGE.{stream}", request)))
+        task.moved += int(answer.get("purged", len(moved)))
     else:
-        await asyncio.gather(*(_ridden_out(record, lambda seq=letter.sequence: delete_message(js, stream, seq))
-                               for letter in moved))
-    task.moved += len(moved)
+        deleted = await asyncio.gather(*(_ridden_out(record, lambda seq=letter.sequence: delete_message(js, stream, seq))
+                                         for letter in moved))
+        task.moved += sum(1 for gone in deleted if gone)

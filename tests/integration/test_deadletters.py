@@ -377,6 +377,20 @@ def test_a_cancelled_redrive_run_again_moves_the_rest_once(stack, queues):
     assert letters(stack, dlq) == []
 
 
+def test_two_redrives_of_one_dlq_at_once_count_each_letter_once(stack, queues):
+    """Both publish the same letters (stored once, by their Nats-Msg-Id) and both counted them as
+    moved: 590 moved of 300 letters."""
+    name, creds, dlq, _ = queues
+    dead_letters_via_reject(stack, name, dlq, ["e"] * 30)
+    with stack.admin() as admin:
+        tasks = [admin.start_redrive("default", dlq, rate=20) for _ in range(2)]
+        done = [asyncio.run(eventually(lambda t=t: (s := admin.redrive_status("default", dlq, t["id"]))["state"]
+                                       != "running" and s, timeout=30)) for t in tasks]
+    assert sum(t["moved"] for t in done) == 30, done
+    assert sorted(asyncio.run(drain(creds))) == sorted(f"m{i}" for i in range(30))
+    assert letters(stack, dlq) == []
+
+
 async def stream_counts(stack, queue_id):
     """(messages, last sequence) of a queue's stream, read with the control plane's own user of its
     account (no auth callout: it works while the control process is stopped)."""
