@@ -148,8 +148,10 @@ class Accounts:
         platform = {self.keys.public(self.keys.platform_account(role)) for role in ("system", "control", "auth")}
         for entry in root.iterdir():
             key = entry.name
+            # (a ``.jwt.deleted``: the account was deleted, and its directory is a leftover the
+            # clean-up removes; it is not brought back)
             if (ACCOUNT_KEY.fullmatch(key) and key not in platform and entry.is_dir()
-                    and not (resolver / f"{key}.jwt").exists()):
+                    and not (resolver / f"{key}.jwt").exists() and not (resolver / f"{key}.jwt.deleted").exists()):
                 resolver.mkdir(mode=0o700, parents=True, exist_ok=True)
                 write_private(resolver / f"{key}.jwt", jwt.encode(restored_account(key), self.keys.operator))
                 log.warning("the broker's claims of account %s were missing from %s: stand-in claims written "
