@@ -409,10 +409,11 @@ def decode(data: bytes, content_type: Optional[str]) -> Any:
     """The inverse of ``encode``, by the message's Content-Type. SpecError for a body that is not
     what its Content-Type says (any NATS client can publish one): a worker's loop catches one
     kind of error for it, its bytes still readable as they are."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()  # 'application/json; charset=utf-8' too
     try:
-        if content_type == JSON:
+        if media == JSON:
             return parse_json(data)
-        if content_type and content_type.startswith("text/"):
+        if media.startswith("text/"):
             return data.decode()
     except ValueError as exc:  # JSON that is not, text that is not UTF-8
         raise SpecError(f"The body is not what its Content-Type {content_type!r} says ({exc}); its bytes are "
