@@ -128,7 +128,11 @@ class Session:
         broker were down. PermissionDenied naming ``inbox_prefix`` if it does not."""
         self._sub = await self.nc.subscribe(f"{self.mux}.*", cb=self._on_reply)
         try:
-            await self.nc.flush(DEFAULT_TIMEOUT)  # the broker answers the subscription before the PING
+            # the broker answers the subscription before the PING after it; twice: nats-py takes the
+            # first PONG to come for the first PING it waits for, and one of the connect's may still
+            # be on its way (the refusal then came after connect had returned, about 1 time in 10)
+            for _ in range(2):
+                await self.nc.flush(DEFAULT_TIMEOUT)
         except (nats.errors.Error, TimeoutError):  # a broker slow to answer: the calls will tell
             return
         for _ in range(3):  # nats-py hands its error to the callback in a task of its own
