@@ -422,16 +422,16 @@ class Accounts:
         one another node wrote meanwhile is read and changed again (CHANGE_TRIES in all)."""
         assert self.store is not None
         async with self._changing.setdefault(account_id, asyncio.Lock()):
-            for attempt in range(CHANGE_TRIES):
+            tries = 1
+            while True:
                 record, revision = self._records[account_id]
                 try:
                     return await self._save(await change(record), revision)
                 except Conflict:
-                    found = await self.store.accounts.get(account_id) if attempt + 1 < CHANGE_TRIES else None
-                    if found is None:
+                    if tries == CHANGE_TRIES or (found := await self.store.accounts.get(account_id)) is None:
                         raise
                     self._records[account_id] = found
-            raise AssertionError("unreachable")
+                    tries += 1
 
     def claimed(self) -> set[str]:
         """The ids of the accounts queues own (a queue's id is its account's)."""

@@ -160,7 +160,7 @@ STOP_GRACE = 2.0  #: seconds a stop gives the moves under way to finish
 #: the ``type`` of the advisory nats-server writes when a message used up its deliveries
 MAX_DELIVER_TYPE = "io.nats.jetstream.advisory.v1.max_deliver"
 CONSUMERS = frozenset(lane_consumer(level) for level in (0, *LANES))  #: a queue's consumers' names
-FORGED_LOG_SECONDS = 60.0  #: a queue's dropped non-advisories (and its moves that wait) are logged once in this long at most
+QUIET_LOG_SECONDS = 60.0  #: a queue's dropped non-advisories (and its moves that wait) are logged once in this long at most
 STUCK_RETRY_SECONDS = 2.0  #: between two tries of the moves from advisories that failed (``Mover._stuck_move``)
 STUCK_MAX = 100_000  #: such moves remembered a queue; past it, the sweep finds the rest
 
@@ -757,7 +757,7 @@ class Mover:
     def _stuck_said(self, record: QueueRecord, count: int, exc: BaseException) -> None:
         """Log a queue's moves that wait, at the first and then once a minute at most."""
         now = asyncio.get_running_loop().time()
-        if now - self._stuck_logged.get(record.id, -FORGED_LOG_SECONDS) >= FORGED_LOG_SECONDS:
+        if now - self._stuck_logged.get(record.id, -QUIET_LOG_SECONDS) >= QUIET_LOG_SECONDS:
             self._stuck_logged[record.id] = now
             log.warning("queue %s: %d dead letter(s) not moved yet, tried again every %g s: %s", record.key, count,
                         STUCK_RETRY_SECONDS, exc)
@@ -795,9 +795,9 @@ class Mover:
     def _not_advisory(self, record: QueueRecord) -> None:
         """Drop (ack) what came as an advisory and is not one the broker wrote (``advised``),
         logged at the first of a queue and then once a minute at most, with how many."""
-        count, last = self._forged.get(record.id, (0, -FORGED_LOG_SECONDS))
+        count, last = self._forged.get(record.id, (0, -QUIET_LOG_SECONDS))
         now = asyncio.get_running_loop().time()
-        if now - last < FORGED_LOG_SECONDS:
+        if now - last < QUIET_LOG_SECONDS:
             self._forged[record.id] = (count + 1, last)
             return
         self._forged[record.id] = (0, now)
